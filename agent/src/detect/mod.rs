@@ -1,0 +1,1 @@
+//! detect (being built).

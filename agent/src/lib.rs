@@ -1,0 +1,9 @@
+//! tcpvigil: per-connection TCP loss-recovery telemetry from eBPF, diagnoses and exports.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod bpf;
+pub mod detect;
+pub mod export;
+pub mod model;
+pub mod recording;
+pub mod watch;

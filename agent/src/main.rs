@@ -1,0 +1,2 @@
+//! The tcpvigil command line.
+fn main() {}

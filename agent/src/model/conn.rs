@@ -1,0 +1,48 @@
+//! Connection identity: socket cookie, network namespace and 4-tuple, plus the owning process.
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+/// Local and remote end of a connection as this host sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tuple {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
+impl fmt::Display for Tuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.local, self.remote)
+    }
+}
+
+impl Tuple {
+    pub fn remote_ip(&self) -> IpAddr {
+        self.remote.ip()
+    }
+}
+
+/// Who a connection is: the socket cookie is the key, the rest labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConnId {
+    pub cookie: u64,
+    pub netns: u32,
+    #[serde(flatten)]
+    pub tuple: Tuple,
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (cookie {}, netns {})", self.tuple, self.cookie, self.netns)
+    }
+}
+
+/// The process that first sent on the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    pub uid: u32,
+    pub cgroup_id: u64,
+    pub comm: String,
+}

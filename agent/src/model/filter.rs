@@ -1,0 +1,169 @@
+//! Connection filters as users type them (`ADDR:PORT`, `:PORT`, `ADDR`, `[v6]:PORT`, cookie, `L-R`).
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use super::conn::ConnId;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Either end has this address and port.
+    Endpoint(SocketAddr),
+    /// Either end has this port.
+    Port(u16),
+    /// Either end has this address.
+    Addr(IpAddr),
+    /// The socket cookie.
+    Cookie(u64),
+    /// Exactly this local and remote end.
+    Pair(SocketAddr, SocketAddr),
+}
+
+/// One kernel-side rule: every `Some` field must match.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rule {
+    pub cookie: Option<u64>,
+    pub laddr: Option<IpAddr>,
+    pub lport: Option<u16>,
+    pub raddr: Option<IpAddr>,
+    pub rport: Option<u16>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("bad connection filter {input:?}: {why}; use ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie, or LADDR:LPORT-RADDR:RPORT")]
+pub struct FilterError {
+    pub input: String,
+    pub why: &'static str,
+}
+
+impl FromStr for Filter {
+    type Err = FilterError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why| FilterError { input: s.to_string(), why };
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(err("it is empty"));
+        }
+        if let Some(port) = t.strip_prefix(':') {
+            return match port.parse::<u16>() {
+                Ok(p) if p != 0 => Ok(Filter::Port(p)),
+                _ => Err(err("the port is not a number from 1 to 65535")),
+            };
+        }
+        if t.bytes().all(|b| b.is_ascii_digit()) {
+            return t.parse().map(Filter::Cookie).map_err(|_| err("the cookie does not fit 64 bits"));
+        }
+        if let Ok(a) = t.parse::<SocketAddr>() {
+            return Ok(Filter::Endpoint(a));
+        }
+        if let Ok(a) = t.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            return Ok(Filter::Addr(a));
+        }
+        // LADDR:LPORT-RADDR:RPORT; the dash cannot occur inside an address.
+        if let Some((l, r)) = t.split_once('-') {
+            let l = l.parse::<SocketAddr>().map_err(|_| err("the local end is not ADDR:PORT"))?;
+            let r = r.parse::<SocketAddr>().map_err(|_| err("the remote end is not ADDR:PORT"))?;
+            return Ok(Filter::Pair(l, r));
+        }
+        Err(err("it is neither an address, a port, a cookie nor a pair"))
+    }
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    a == b || a.to_canonical() == b.to_canonical()
+}
+
+impl Filter {
+    pub fn matches(&self, c: &ConnId) -> bool {
+        let (l, r) = (c.tuple.local, c.tuple.remote);
+        let end = |e: SocketAddr, a: SocketAddr| e.port() == a.port() && same_ip(e.ip(), a.ip());
+        match *self {
+            Filter::Endpoint(a) => end(l, a) || end(r, a),
+            Filter::Port(p) => l.port() == p || r.port() == p,
+            Filter::Addr(a) => same_ip(l.ip(), a) || same_ip(r.ip(), a),
+            Filter::Cookie(k) => c.cookie == k,
+            Filter::Pair(fl, fr) => end(l, fl) && end(r, fr),
+        }
+    }
+
+    /// The kernel rules whose union selects exactly the connections `matches` accepts.
+    pub fn rules(&self) -> Vec<Rule> {
+        let r = Rule::default();
+        match *self {
+            Filter::Endpoint(a) => vec![
+                Rule { laddr: Some(a.ip()), lport: Some(a.port()), ..r },
+                Rule { raddr: Some(a.ip()), rport: Some(a.port()), ..r },
+            ],
+            Filter::Port(p) => vec![Rule { lport: Some(p), ..r }, Rule { rport: Some(p), ..r }],
+            Filter::Addr(a) => vec![Rule { laddr: Some(a), ..r }, Rule { raddr: Some(a), ..r }],
+            Filter::Cookie(k) => vec![Rule { cookie: Some(k), ..r }],
+            Filter::Pair(l, rr) => vec![Rule {
+                laddr: Some(l.ip()),
+                lport: Some(l.port()),
+                raddr: Some(rr.ip()),
+                rport: Some(rr.port()),
+                ..r
+            }],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::conn::Tuple;
+
+    fn conn(l: &str, r: &str) -> ConnId {
+        ConnId {
+            cookie: 77,
+            netns: 1,
+            tuple: Tuple { local: l.parse().unwrap(), remote: r.parse().unwrap() },
+        }
+    }
+
+    #[test]
+    fn parses_every_documented_form() {
+        assert_eq!("10.0.0.1:5201".parse(), Ok(Filter::Endpoint("10.0.0.1:5201".parse().unwrap())));
+        assert_eq!(":5201".parse(), Ok(Filter::Port(5201)));
+        assert_eq!("10.0.0.1".parse(), Ok(Filter::Addr("10.0.0.1".parse().unwrap())));
+        assert_eq!("[fd00::1]:80".parse(), Ok(Filter::Endpoint("[fd00::1]:80".parse().unwrap())));
+        assert_eq!("fd00::1".parse(), Ok(Filter::Addr("fd00::1".parse().unwrap())));
+        assert_eq!("12345".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!(
+            "10.0.0.1:40000-10.0.0.2:5201".parse(),
+            Ok(Filter::Pair("10.0.0.1:40000".parse().unwrap(), "10.0.0.2:5201".parse().unwrap()))
+        );
+        assert_eq!(
+            "[fd00::1]:1-[fd00::2]:2".parse::<Filter>().map(|f| f.rules().len()),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn rejects_nonsense_with_a_reason() {
+        for bad in ["", ":0", ":99999", "host.example:80", "1.2.3.4:5-x", "999999999999999999999"] {
+            let e = bad.parse::<Filter>().unwrap_err();
+            assert!(e.to_string().contains("bad connection filter"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn matches_either_end_or_exact_pair() {
+        let c = conn("10.0.0.1:40000", "10.0.0.2:5201");
+        assert!(":5201".parse::<Filter>().unwrap().matches(&c));
+        assert!(":40000".parse::<Filter>().unwrap().matches(&c));
+        assert!(!":5202".parse::<Filter>().unwrap().matches(&c));
+        assert!("10.0.0.2:5201".parse::<Filter>().unwrap().matches(&c));
+        assert!(!"10.0.0.2:40000".parse::<Filter>().unwrap().matches(&c));
+        assert!("10.0.0.2".parse::<Filter>().unwrap().matches(&c));
+        assert!("77".parse::<Filter>().unwrap().matches(&c));
+        assert!("10.0.0.1:40000-10.0.0.2:5201".parse::<Filter>().unwrap().matches(&c));
+        assert!(!"10.0.0.2:5201-10.0.0.1:40000".parse::<Filter>().unwrap().matches(&c));
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_match_plain_ipv4() {
+        let c = conn("[::ffff:10.0.0.1]:40000", "[::ffff:10.0.0.2]:5201");
+        assert!("10.0.0.2:5201".parse::<Filter>().unwrap().matches(&c));
+    }
+}

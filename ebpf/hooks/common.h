@@ -1,0 +1,219 @@
+/* common.h: maps, per-socket state and helpers shared by every hook family. */
+#ifndef TV_COMMON_H
+#define TV_COMMON_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "abi.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define TCP_ESTABLISHED 1
+#define TCP_LISTEN 10
+#define TCP_TIME_WAIT 6
+#define TCP_NEW_SYN_RECV 12
+#define TCP_CA_Loss 4
+
+/* TCP_SKB_CB()->sacked bits. Own names: 6.18 has an enum, 6.1 has #defines. */
+#define TV_SACKED_ACKED 0x01
+#define TV_SACKED_RETRANS 0x02
+#define TV_LOST 0x04
+#define TV_REPAIRED 0x10 /* left over from an earlier successful retransmission */
+
+extern unsigned CONFIG_HZ __kconfig;
+
+/* Per-socket state, freed with the socket. */
+struct tv_sk {
+	__u64 last_sample_ns;
+	__u64 pending_ts;
+	__u32 filter_gen;
+	__u32 pending_ack;
+	__u32 pending_sack[2 * TV_MAX_SACK];
+	__u8 selected;     /* 1 selected, 0 not; valid while filter_gen matches */
+	__u8 pending;      /* an ACK's blocks wait for the post-ACK state */
+	__u8 pending_nsack;
+	__u8 last_ca;
+	__u8 owner_set;
+	__u8 _pad[3];
+	__u32 lost_rtx;
+	__u32 rtos;
+	__u32 retrans_segs;
+	__u32 tgid;
+	__u32 uid;
+	__u64 cgroup_id;
+	char comm[TV_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tv_sk);
+} tv_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} tv_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TV_ST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} tv_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tv_config);
+} tv_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TV_MAX_FILTERS);
+	__type(key, __u32);
+	__type(value, struct tv_filter);
+} tv_filters SEC(".maps");
+
+/* When each (connection, sequence) was last retransmitted. */
+struct tv_rtx_key {
+	__u64 cookie;
+	__u32 seq;
+	__u32 _pad;
+};
+struct tv_rtx_val {
+	__u64 last_ns;
+	__u32 count;
+	__u32 _pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tv_rtx_key);
+	__type(value, struct tv_rtx_val);
+} tv_rtx SEC(".maps");
+
+/* Scratch for records too large for the 512-byte stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tv_snap);
+} tv_snap_scratch SEC(".maps");
+
+/* Force the ABI structs into BTF so the skeleton generates Rust types for them. */
+struct tv_sample _tv_sample = {};
+struct tv_retrans _tv_retrans = {};
+struct tv_ca_state _tv_ca_state = {};
+struct tv_rto _tv_rto = {};
+struct tv_state _tv_state = {};
+struct tv_owner _tv_owner = {};
+struct tv_snap _tv_snap = {};
+struct tv_filter _tv_filter = {};
+struct tv_config _tv_config = {};
+
+static __always_inline void tv_count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&tv_stats, &which);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline struct tv_config *tv_config(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&tv_cfg, &zero);
+}
+
+static __always_inline __u32 tv_jiffies_to_us(__u64 j)
+{
+	return (__u32)(j * (1000000 / CONFIG_HZ));
+}
+
+static __always_inline void tv_fill_hdr(struct tv_hdr *h, struct sock *sk, __u64 cookie, __u16 kind,
+					__u16 size, __u64 now)
+{
+	h->kind = kind;
+	h->size = size;
+	h->ts_ns = now;
+	h->cookie = cookie;
+	h->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	h->t.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	h->t.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	h->t.rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	h->t._pad = 0;
+	if (h->t.family == AF_INET6) {
+		BPF_CORE_READ_INTO(&h->t.laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&h->t.raddr, sk, __sk_common.skc_v6_daddr);
+	} else {
+		__builtin_memset(h->t.laddr, 0, 16);
+		__builtin_memset(h->t.raddr, 0, 16);
+		BPF_CORE_READ_INTO((__u32 *)h->t.laddr, sk, __sk_common.skc_rcv_saddr);
+		BPF_CORE_READ_INTO((__u32 *)h->t.raddr, sk, __sk_common.skc_daddr);
+	}
+}
+
+static __always_inline __u8 tv_ca_state_of(struct tcp_sock *tp)
+{
+	return BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+}
+
+static __always_inline int tv_addr_eq(const __u8 *a, const __u8 *b)
+{
+	__u64 a0, a1, b0, b1;
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
+/* Does one filter rule match this socket's header? */
+static __always_inline int tv_filter_match(struct tv_filter *f, struct tv_hdr *h)
+{
+	__u32 m = f->match;
+	if ((m & TV_M_COOKIE) && f->cookie != h->cookie)
+		return 0;
+	if ((m & (TV_M_LADDR | TV_M_RADDR)) && f->family != h->t.family)
+		return 0;
+	if ((m & TV_M_LPORT) && f->lport != h->t.lport)
+		return 0;
+	if ((m & TV_M_RPORT) && f->rport != h->t.rport)
+		return 0;
+	if ((m & TV_M_LADDR) && !tv_addr_eq(f->laddr, h->t.laddr))
+		return 0;
+	if ((m & TV_M_RADDR) && !tv_addr_eq(f->raddr, h->t.raddr))
+		return 0;
+	return 1;
+}
+
+/* Re-evaluate whether a socket is selected, only when the rules changed. */
+static __always_inline void tv_refresh_selection(struct tv_sk *st, struct tv_config *cfg, struct sock *sk,
+						 __u64 cookie)
+{
+	if (st->filter_gen == cfg->filter_gen)
+		return;
+	st->filter_gen = cfg->filter_gen;
+	st->selected = cfg->select_all ? 1 : 0;
+	if (st->selected || cfg->nfilters == 0)
+		return;
+	struct tv_hdr h = {};
+	tv_fill_hdr(&h, sk, cookie, 0, 0, 0);
+	for (__u32 i = 0; i < TV_MAX_FILTERS; i++) {
+		if (i >= cfg->nfilters)
+			break;
+		struct tv_filter *f = bpf_map_lookup_elem(&tv_filters, &i);
+		if (f && tv_filter_match(f, &h)) {
+			st->selected = 1;
+			break;
+		}
+	}
+}
+
+#endif

@@ -1,0 +1,151 @@
+/* fill.h: copy a tcp_sock's scoreboard and snapshot fields into ABI records (CO-RE reads). */
+#ifndef TV_FILL_H
+#define TV_FILL_H
+
+#include "common.h"
+
+static __always_inline void tv_fill_sample(struct tv_sample *s, struct tcp_sock *tp)
+{
+	s->snd_una = tp->snd_una;
+	s->snd_nxt = tp->snd_nxt;
+	s->high_seq = tp->high_seq;
+	s->cwnd = tp->snd_cwnd;
+	s->ssthresh = tp->snd_ssthresh;
+	s->packets_out = tp->packets_out;
+	s->lost_out = tp->lost_out;
+	s->sacked_out = tp->sacked_out;
+	s->retrans_out = tp->retrans_out;
+	s->in_flight = s->packets_out - s->lost_out - s->sacked_out + s->retrans_out;
+	s->srtt_us = tp->srtt_us >> 3;
+	s->rto_us = tv_jiffies_to_us(tp->inet_conn.icsk_rto);
+	s->mss = tp->mss_cache;
+	s->delivered = tp->delivered;
+	s->total_retrans = tp->total_retrans;
+	s->snd_wnd = tp->snd_wnd;
+	s->write_queue = tp->write_seq - tp->snd_una;
+	s->rate_delivered = tp->rate_delivered;
+	s->rate_interval_us = tp->rate_interval_us;
+	s->bytes_acked = tp->bytes_acked;
+	s->ca_state = tv_ca_state_of(tp);
+}
+
+/* Read up to four SACK blocks from a SACK option at `opt` (kind 5 expected). */
+static __always_inline __u8 tv_read_sack_option(const unsigned char *opt, __u32 *blk)
+{
+	__u8 buf[2 + 8 * TV_MAX_SACK];
+	if (bpf_probe_read_kernel(buf, sizeof(buf), opt)) {
+		tv_count(TV_ST_OPT_READ_FAIL);
+		return 0;
+	}
+	if (buf[0] != 5 || buf[1] < 10)
+		return 0;
+	__u8 n = (buf[1] - 2) / 8;
+	if (n > TV_MAX_SACK)
+		n = TV_MAX_SACK;
+#pragma unroll
+	for (int b = 0; b < 2 * TV_MAX_SACK; b++) {
+		__u32 v;
+		__builtin_memcpy(&v, &buf[2 + 4 * b], 4);
+		blk[b] = b < 2 * n ? bpf_ntohl(v) : 0;
+	}
+	return n;
+}
+
+static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp, struct tv_sk *st)
+{
+	struct sock *sk = (struct sock *)tp;
+	struct inet_connection_sock *icsk = &tp->inet_conn;
+
+	s->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	s->ca_state = tv_ca_state_of(tp);
+	__u8 opts = 0;
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, sack_ok))
+		opts |= TV_OPT_SACK;
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, wscale_ok))
+		opts |= TV_OPT_WSCALE;
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, tstamp_ok))
+		opts |= TV_OPT_TS;
+	if (tp->ecn_flags & 1)
+		opts |= TV_OPT_ECN;
+	s->opts = opts;
+	s->snd_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, snd_wscale);
+	s->rcv_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, rcv_wscale);
+	s->app_limited = BPF_CORE_READ_BITFIELD_PROBED(tp, rate_app_limited);
+	__u8 ctype = BPF_CORE_READ_BITFIELD_PROBED(tp, chrono_type);
+	s->chrono_type = ctype;
+	const struct tcp_congestion_ops *ops = BPF_CORE_READ(icsk, icsk_ca_ops);
+	if (ops)
+		bpf_probe_read_kernel_str(s->cc, sizeof(s->cc), ops->name);
+	else
+		s->cc[0] = 0;
+
+	s->cwnd = tp->snd_cwnd;
+	s->ssthresh = tp->snd_ssthresh;
+	s->srtt_us = tp->srtt_us >> 3;
+	s->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
+	s->rto_us = tv_jiffies_to_us(icsk->icsk_rto);
+	s->mss = tp->mss_cache;
+	s->snd_wnd = tp->snd_wnd;
+	s->rcv_wnd = tp->rcv_wnd;
+	s->packets_out = tp->packets_out;
+	s->lost_out = tp->lost_out;
+	s->sacked_out = tp->sacked_out;
+	s->retrans_out = tp->retrans_out;
+	s->snd_una = tp->snd_una;
+	s->snd_nxt = tp->snd_nxt;
+	s->write_queue = tp->write_seq - tp->snd_una;
+	s->unsent = tp->write_seq - tp->snd_nxt;
+	s->recv_queue = tp->rcv_nxt - tp->copied_seq;
+	s->sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
+	s->rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	s->delivered = tp->delivered;
+	s->total_retrans = tp->total_retrans;
+	s->rate_delivered = tp->rate_delivered;
+	s->rate_interval_us = tp->rate_interval_us;
+	s->retransmits = icsk->icsk_retransmits;
+	s->backoff = icsk->icsk_backoff;
+	/* total_rto* appeared in 6.7; older kernels report 0. */
+	if (bpf_core_field_exists(tp->total_rto)) {
+		s->total_rto = BPF_CORE_READ(tp, total_rto);
+		s->total_rto_time_ms = BPF_CORE_READ(tp, total_rto_time);
+	} else {
+		s->total_rto = 0;
+		s->total_rto_time_ms = 0;
+	}
+	s->bytes_acked = tp->bytes_acked;
+	s->bytes_received = tp->bytes_received;
+	s->bytes_sent = tp->bytes_sent;
+	s->bytes_retrans = tp->bytes_retrans;
+
+	/* Chrono stats as tcp_get_info_chrono_stats() reports them. */
+	__u32 stat[3];
+	BPF_CORE_READ_INTO(&stat, tp, chrono_stat);
+	if (ctype >= 1 && ctype <= 3) {
+		__u32 start = tp->chrono_start;
+		__u32 now = (__u32)bpf_jiffies64();
+		stat[ctype - 1] += now - start;
+	}
+	s->rwnd_limited_us = (__u64)tv_jiffies_to_us(stat[1]);
+	s->sndbuf_limited_us = (__u64)tv_jiffies_to_us(stat[2]);
+	s->busy_us = (__u64)tv_jiffies_to_us(stat[0]) + s->rwnd_limited_us + s->sndbuf_limited_us;
+
+	if (st) {
+		s->lost_rtx = st->lost_rtx;
+		s->rtos = st->rtos;
+		s->retrans_segs = st->retrans_segs;
+		s->tgid = st->tgid;
+		s->uid = st->uid;
+		s->tgid_cgroup = st->cgroup_id;
+		__builtin_memcpy(s->comm, st->comm, TV_COMM_LEN);
+	} else {
+		s->lost_rtx = 0;
+		s->rtos = 0;
+		s->retrans_segs = 0;
+		s->tgid = 0;
+		s->uid = 0;
+		s->tgid_cgroup = 0;
+		__builtin_memset(s->comm, 0, TV_COMM_LEN);
+	}
+}
+
+#endif

@@ -1,0 +1,196 @@
+/* sack.h: per-ACK scoreboard samples: fexit/tcp_sacktag_write_queue, else tp_btf/tcp_probe joined. */
+#ifndef TV_SACK_H
+#define TV_SACK_H
+
+#include "fill.h"
+
+static __always_inline void tv_emit_sample(struct sock *sk, struct tcp_sock *tp, __u64 cookie, __u64 ts,
+					   __u32 ack, __u32 *blk, __u8 nsack, __u8 src, __u8 flags)
+{
+	struct tv_sample *s = bpf_ringbuf_reserve(&tv_events, sizeof(*s), 0);
+	if (!s) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&s->h, sk, cookie, TV_K_SAMPLE, sizeof(*s), ts);
+	tv_fill_sample(s, tp);
+	s->ack_seq = ack;
+#pragma unroll
+	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+		s->sack[i] = blk[i];
+	s->nsack = nsack;
+	s->src = src;
+	/* A first block below the cumulative ACK is a D-SACK (RFC 2883). */
+	if (nsack && (int)(blk[1] - ack) <= 0)
+		flags |= TV_SF_DSACK;
+	s->flags = flags;
+	s->_pad = 0;
+	bpf_ringbuf_submit(s, 0);
+	tv_count(TV_ST_SAMPLES);
+}
+
+/* Whether this connection gets a sample for the current ACK. */
+static __always_inline int tv_sample_due(struct tv_sk *st, struct tv_config *cfg, struct tcp_sock *tp, __u64 now)
+{
+	if (st->selected)
+		return 1;
+	if (!cfg->bulk_interval_ns || now - st->last_sample_ns < cfg->bulk_interval_ns)
+		return 0;
+	return tp->bytes_acked >= cfg->bulk_min_bytes;
+}
+
+static __always_inline void tv_emit_ca(struct sock *sk, struct tcp_sock *tp, __u64 cookie, __u8 old, __u8 new,
+				       __u64 now)
+{
+	struct tv_ca_state *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&e->h, sk, cookie, TV_K_CA_STATE, sizeof(*e), now);
+	e->old_state = old;
+	e->new_state = new;
+	e->_pad = 0;
+	e->cwnd = tp->snd_cwnd;
+	e->ssthresh = tp->snd_ssthresh;
+	e->high_seq = tp->high_seq;
+	e->snd_una = tp->snd_una;
+	e->snd_nxt = tp->snd_nxt;
+	e->packets_out = tp->packets_out;
+	e->lost_out = tp->lost_out;
+	e->sacked_out = tp->sacked_out;
+	e->retrans_out = tp->retrans_out;
+	bpf_ringbuf_submit(e, 0);
+	tv_count(TV_ST_EVENTS);
+}
+
+/* Fallback (every kernel with tp_btf, 4.16+; SACK parsing needs 5.5+ for bpf_probe_read_kernel).
+ * tcp_probe fires before tcp_ack(): the socket still holds the state after the previous ACK.
+ * So the SACK blocks of ACK n are kept in sk_storage and emitted with the state read when
+ * ACK n+1 arrives (or when a snapshot flushes them) — post-ACK state, one ACK later. */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	struct tv_config *cfg = tv_config();
+	if (!cfg)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		tv_count(TV_ST_STORAGE_FAIL);
+		return 0;
+	}
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (cfg->ca_from_probe) {
+		/* Before 5.19 there is no tcp_cong_state_set tracepoint. */
+		__u8 ca = tv_ca_state_of(tp);
+		if (ca != st->last_ca) {
+			tv_emit_ca(sk, tp, cookie, st->last_ca, ca, now);
+			st->last_ca = ca;
+		}
+	}
+	tv_refresh_selection(st, cfg, sk, cookie);
+	if (st->pending) {
+		tv_emit_sample(sk, tp, cookie, st->pending_ts, st->pending_ack, st->pending_sack, st->pending_nsack,
+			       TV_SRC_PROBE, st->selected ? TV_SF_SELECTED : 0);
+		st->pending = 0;
+		st->last_sample_ns = now;
+	}
+	/* Nothing outstanding: this is a data segment to a receiver, not an ACK of ours. */
+	if (tp->snd_una == tp->snd_nxt)
+		return 0;
+	if (!tv_sample_due(st, cfg, tp, now))
+		return 0;
+
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 thoff = BPF_CORE_READ(skb, transport_header);
+	unsigned char *th = head + thoff;
+	__u8 hdr[20];
+	if (bpf_probe_read_kernel(hdr, sizeof(hdr), th)) {
+		tv_count(TV_ST_OPT_READ_FAIL);
+		return 0;
+	}
+	__u32 ack;
+	__builtin_memcpy(&ack, &hdr[8], 4);
+	st->pending_ack = bpf_ntohl(ack);
+	st->pending_nsack = 0;
+	__u32 optlen = (hdr[12] >> 4) * 4;
+	optlen = optlen > 20 ? optlen - 20 : 0;
+	/* Walk at most 40 option bytes: NOPs, timestamps and the SACK option. A fixed
+	 * walk keeps the verifier's work small (kinds other than SACK are skipped by length). */
+	__u8 opts[40];
+	if (optlen && !bpf_probe_read_kernel(opts, sizeof(opts), th + 20)) {
+		__u32 off = 0;
+#pragma unroll
+		for (int i = 0; i < 12; i++) {
+			if (off >= optlen || off >= 38)
+				break;
+			__u8 kind = opts[off];
+			if (kind == 0)
+				break;
+			if (kind == 1) {
+				off++;
+				continue;
+			}
+			if (kind == 5) {
+				st->pending_nsack = tv_read_sack_option(th + 20 + off, st->pending_sack);
+				break;
+			}
+			__u8 len = opts[off + 1];
+			if (len < 2)
+				break;
+			off += len;
+		}
+	}
+	if (cfg->fexit_sacktag && st->pending_nsack)
+		return 0; /* fexit/tcp_sacktag_write_queue reports this ACK exactly */
+	if (!st->pending_nsack) {
+#pragma unroll
+		for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+			st->pending_sack[i] = 0;
+	}
+	st->pending = 1;
+	st->pending_ts = now;
+	return 0;
+}
+
+/* Preferred (5.5+ where fexit loads): the exact point paper 000 patched. At exit, sacked_out,
+ * lost_out/retrans_out of newly SACKed segments and snd_una are updated; packets_out, RACK
+ * marking, cwnd and CA state are not yet (tcp_ack() does them after). */
+SEC("fexit/tcp_sacktag_write_queue")
+int BPF_PROG(tv_sacktag_exit, struct sock *sk, const struct sk_buff *ack_skb, u32 prior_snd_una,
+	     struct tcp_sacktag_state *state, int ret)
+{
+	struct tv_config *cfg = tv_config();
+	if (!cfg)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		tv_count(TV_ST_STORAGE_FAIL);
+		return 0;
+	}
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	__u64 now = bpf_ktime_get_ns();
+	tv_refresh_selection(st, cfg, sk, cookie);
+	if (!tv_sample_due(st, cfg, tp, now))
+		return 0;
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&ack_skb->cb[0];
+	__u8 off = BPF_CORE_READ(cb, sacked); /* offset of the SACK option from the TCP header */
+	__u32 ack = BPF_CORE_READ(cb, ack_seq);
+	unsigned char *head = BPF_CORE_READ(ack_skb, head);
+	__u16 thoff = BPF_CORE_READ(ack_skb, transport_header);
+	__u32 blk[2 * TV_MAX_SACK] = {};
+	__u8 n = off ? tv_read_sack_option(head + thoff + off, blk) : 0;
+	tv_emit_sample(sk, tp, cookie, now, ack, blk, n, TV_SRC_SACKTAG, st->selected ? TV_SF_SELECTED : 0);
+	st->last_sample_ns = now;
+	return 0;
+}
+
+#endif

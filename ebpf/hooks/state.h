@@ -1,0 +1,188 @@
+/* state.h: congestion-state changes, RTOs, lifecycle and process attribution. */
+#ifndef TV_STATE_H
+#define TV_STATE_H
+
+#include "fill.h"
+#include "sack.h"
+
+#define SOL_TCP 6
+#define TCP_BPF_SOCK_OPS_CB_FLAGS 1008
+
+/* 5.19+: fires in tcp_set_ca_state() before the new state is stored. */
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(tv_cong_state, struct sock *sk, const u8 ca_state)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	__u8 old = tv_ca_state_of(tp);
+	if (st)
+		st->last_ca = ca_state;
+	tv_emit_ca(sk, tp, bpf_get_socket_cookie(sk), old, ca_state, bpf_ktime_get_ns());
+	return 0;
+}
+
+static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __u64 cookie, __u32 retransmits,
+					__u32 rto_jiffies)
+{
+	struct tv_rto *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&e->h, sk, cookie, TV_K_RTO, sizeof(*e), bpf_ktime_get_ns());
+	e->retransmits = retransmits;
+	e->rto_us = tv_jiffies_to_us(rto_jiffies);
+	e->backoff = BPF_CORE_READ(tp, inet_conn.icsk_backoff);
+	e->cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	e->snd_una = BPF_CORE_READ(tp, snd_una);
+	e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	e->packets_out = BPF_CORE_READ(tp, packets_out);
+	e->_pad = 0;
+	bpf_ringbuf_submit(e, 0);
+	tv_count(TV_ST_EVENTS);
+}
+
+/* Fallback RTO source (4.16+), attached at the cgroup-v2 root: RTO_CB runs in
+ * tcp_write_timeout() for every retransmission timeout of a socket that asked for it. */
+SEC("sockops")
+int tv_sockops(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *bsk = skops->sk;
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTO_CB_FLAG);
+		return 1;
+	case BPF_SOCK_OPS_RTO_CB:
+		break;
+	default:
+		return 1;
+	}
+	struct tv_config *cfg = tv_config();
+	if (!cfg || cfg->rto_fentry || !bsk)
+		return 1;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+	if (!tp)
+		return 1;
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (st)
+		st->rtos++;
+	else
+		tv_count(TV_ST_STORAGE_FAIL);
+	tv_emit_rto((struct sock *)tp, tp, bpf_get_socket_cookie(skops), skops->args[0], skops->args[1]);
+	return 1;
+}
+
+/* Preferred RTO source where fentry loads: the timer handler itself. */
+SEC("fentry/tcp_retransmit_timer")
+int BPF_PROG(tv_rto_timer, struct sock *sk)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || !tp->packets_out)
+		return 0;
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (st)
+		st->rtos++;
+	else
+		tv_count(TV_ST_STORAGE_FAIL);
+	tv_emit_rto(sk, tp, bpf_get_socket_cookie(sk), tp->inet_conn.icsk_retransmits, tp->inet_conn.icsk_rto);
+	return 0;
+}
+
+/* Lifecycle: every TCP state change (4.16+). */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
+{
+	struct sock *sk = (struct sock *)csk;
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	/* Only transitions that matter to a connection table: established and closed. */
+	if (new != TCP_ESTABLISHED && new != 7 /* TCP_CLOSE */ && old != TCP_ESTABLISHED)
+		return 0;
+	struct tv_state *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return 0;
+	}
+	tv_fill_hdr(&e->h, sk, bpf_get_socket_cookie(sk), TV_K_STATE, sizeof(*e), bpf_ktime_get_ns());
+	e->old_state = old;
+	e->new_state = new;
+	__builtin_memset(e->_pad, 0, sizeof(e->_pad));
+	bpf_ringbuf_submit(e, 0);
+	tv_count(TV_ST_EVENTS);
+	return 0;
+}
+
+/* End of a connection, counters still intact (4.15+). */
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(tv_destroy, struct sock *sk)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || (!tp->bytes_acked && !tp->bytes_received))
+		return 0;
+	struct tv_snap *s = bpf_ringbuf_reserve(&tv_events, sizeof(*s), 0);
+	if (!s) {
+		tv_count(TV_ST_RB_FULL);
+		return 0;
+	}
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
+	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_CLOSE, sizeof(*s), bpf_ktime_get_ns());
+	tv_fill_snap(s, tp, st);
+	bpf_ringbuf_submit(s, 0);
+	tv_count(TV_ST_EVENTS);
+	return 0;
+}
+
+/* Process attribution, once per connection, from process context. */
+static __always_inline void tv_on_send(struct sock *sk)
+{
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st || st->owner_set)
+		return;
+	st->owner_set = 1;
+	st->tgid = bpf_get_current_pid_tgid() >> 32;
+	st->uid = (__u32)bpf_get_current_uid_gid();
+	st->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(st->comm, sizeof(st->comm));
+	struct tv_owner *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&e->h, sk, bpf_get_socket_cookie(sk), TV_K_OWNER, sizeof(*e), bpf_ktime_get_ns());
+	e->tgid = st->tgid;
+	e->uid = st->uid;
+	e->cgroup_id = st->cgroup_id;
+	__builtin_memcpy(e->comm, st->comm, TV_COMM_LEN);
+	bpf_ringbuf_submit(e, 0);
+	tv_count(TV_ST_EVENTS);
+}
+
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(tv_send_fentry, struct sock *sk)
+{
+	tv_on_send(sk);
+	return 0;
+}
+
+/* 6.11+ tracepoint inside tcp_sendmsg_locked(). */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(tv_send_tp, const struct sock *sk)
+{
+	tv_on_send((struct sock *)sk);
+	return 0;
+}
+
+/* 6.3+: every sock_sendmsg(); TCP only. */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tv_send_len, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0 || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	tv_on_send(sk);
+	return 0;
+}
+
+#endif

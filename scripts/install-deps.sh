@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the Debian packages tcpvigil needs to build and test (idempotent).
+set -euo pipefail
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc-dev
+      iperf3 nftables iptables iproute2 tcpdump ethtool procps
+      bpftool)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
