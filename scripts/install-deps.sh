@@ -2,7 +2,7 @@
 # install-deps.sh: installs the Debian packages tcpvigil needs to build and test (idempotent).
 set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc-dev
-      iperf3 nftables iptables iproute2 tcpdump ethtool procps
+      iperf3 nftables iptables iproute2 tcpdump ethtool procps iputils-ping
       bpftool)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

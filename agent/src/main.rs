@@ -1,2 +1,48 @@
-//! The tcpvigil command line.
-fn main() {}
+//! The tcpvigil command line: parse, validate, dispatch. Exit 2 on bad input, before any BPF.
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "tcpvigil", version, about = "TCP loss-recovery observability for bulk transfers over long fat networks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// What this kernel allows and which variant each hook need uses.
+    Check(cmd::check::Args),
+    /// Write per-ACK samples and events of selected connections to a file.
+    Record(cmd::record::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let r = match cli.cmd {
+        Cmd::Check(a) => cmd::check::run(a),
+        Cmd::Record(a) => cmd::record::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tcpvigil: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -117,6 +117,13 @@ struct tv_owner _tv_owner = {};
 struct tv_snap _tv_snap = {};
 struct tv_filter _tv_filter = {};
 struct tv_config _tv_config = {};
+enum tv_abi _tv_abi = TV_ABI_VERSION;
+enum tv_kind _tv_kind = TV_K_SAMPLE;
+enum tv_sample_src _tv_sample_src = TV_SRC_PROBE;
+enum tv_stat _tv_stat = TV_ST_RB_FULL;
+enum tv_opt_bits _tv_opt_bits = TV_OPT_SACK;
+enum tv_sample_flags _tv_sample_flags = TV_SF_SELECTED;
+enum tv_match _tv_match = TV_M_COOKIE;
 
 static __always_inline void tv_count(__u32 which)
 {

@@ -3,7 +3,7 @@
 #define TCPVIGIL_ABI_H
 
 /* Bumped whenever a struct below changes shape; userspace refuses a mismatch. */
-#define TV_ABI_VERSION 1
+enum tv_abi { TV_ABI_VERSION = 1 };
 #define TV_MAX_SACK 4
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
@@ -30,13 +30,19 @@ enum tv_sample_src {
 	TV_SRC_FLUSH = 3,   /* pending ACK flushed by a snapshot (connection went quiet) */
 };
 
-/* Bits of tv_sample.flags / tv_snap.opts. */
-#define TV_OPT_SACK 0x01
-#define TV_OPT_WSCALE 0x02
-#define TV_OPT_TS 0x04
-#define TV_OPT_ECN 0x08
-#define TV_SF_SELECTED 0x01 /* sample of a user-selected connection (per ACK) */
-#define TV_SF_DSACK 0x02    /* first block lies below the cumulative ACK */
+/* Bits of tv_snap.opts. */
+enum tv_opt_bits {
+	TV_OPT_SACK = 0x01,
+	TV_OPT_WSCALE = 0x02,
+	TV_OPT_TS = 0x04,
+	TV_OPT_ECN = 0x08,
+};
+
+/* Bits of tv_sample.flags. */
+enum tv_sample_flags {
+	TV_SF_SELECTED = 0x01, /* sample of a user-selected connection (per ACK) */
+	TV_SF_DSACK = 0x02,    /* first block lies below the cumulative ACK */
+};
 
 /* Failure counters, a per-CPU array indexed by these. */
 enum tv_stat {
@@ -222,11 +228,13 @@ struct tv_snap {
 
 /* Which connections get per-ACK samples, written by userspace. A field is
  * compared only when its bit is set in `match`. */
-#define TV_M_COOKIE 0x01
-#define TV_M_LADDR 0x02
-#define TV_M_LPORT 0x04
-#define TV_M_RADDR 0x08
-#define TV_M_RPORT 0x10
+enum tv_match {
+	TV_M_COOKIE = 0x01,
+	TV_M_LADDR = 0x02,
+	TV_M_LPORT = 0x04,
+	TV_M_RADDR = 0x08,
+	TV_M_RPORT = 0x10,
+};
 
 struct tv_filter {
 	__u32 match;

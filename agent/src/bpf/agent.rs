@@ -1,0 +1,242 @@
+//! The BPF owner thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use nix::sched::{setns, CloneFlags};
+use tokio::sync::mpsc;
+
+use super::abi::tv_stat;
+use super::decode::decode;
+use super::load::{load, prog_ref, set_selection, Settings};
+use super::netns;
+use super::variants::Variants;
+use crate::model::filter::Rule;
+use crate::model::Event;
+
+/// Counters the owner thread keeps for exporters.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Events the tokio side had no room for.
+    pub channel_dropped: AtomicU64,
+    pub decode_errors: AtomicU64,
+    pub events: AtomicU64,
+    pub snapshots: AtomicU64,
+    pub netns: AtomicU64,
+    /// Kernel-side counters (enum tv_stat), summed over CPUs.
+    pub kernel: Mutex<Vec<u64>>,
+    /// Per program: (section, run time ns, run count), when BPF stats are on.
+    pub prog_stats: Mutex<Vec<(String, u64, u64)>>,
+}
+
+pub const KERNEL_STAT_NAMES: [&str; 7] =
+    ["ringbuf_full", "storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail", "samples", "events"];
+
+enum Ctl {
+    Select { all: bool, rules: Vec<Rule> },
+}
+
+pub struct Agent {
+    pub events: mpsc::Receiver<Event>,
+    pub counters: Arc<Counters>,
+    pub variants: Variants,
+    ctl: std_mpsc::Sender<Ctl>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Load and attach everything, then return once the programs run.
+    pub fn start(settings: Settings, variants: Variants, channel: usize, bpf_stats: bool) -> Result<Agent> {
+        let (tx, rx) = mpsc::channel(channel);
+        let (ctl_tx, ctl_rx) = std_mpsc::channel();
+        let (ready_tx, ready_rx) = std_mpsc::channel::<Result<()>>();
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s, v) = (counters.clone(), stop.clone(), variants.clone());
+        let thread = std::thread::Builder::new()
+            .name("tcpvigil-bpf".into())
+            .spawn(move || {
+                if let Err(e) = owner(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .context("spawning the BPF thread")?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => return Err(anyhow!("the BPF thread ended before it was ready")),
+        }
+        Ok(Agent { events: rx, counters, variants, ctl: ctl_tx, stop, thread: Some(thread) })
+    }
+
+    /// Change which connections get per-ACK samples.
+    pub fn select(&self, all: bool, rules: Vec<Rule>) {
+        let _ = self.ctl.send(Ctl::Select { all, rules });
+    }
+
+    /// Detach everything and wait for the thread.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn enable_bpf_stats() -> Option<OwnedFd> {
+    // SAFETY: plain syscall wrapper; a non-negative return is a new fd we now own.
+    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd is a fresh descriptor returned by the kernel and owned by no one else.
+    Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64)> {
+    // SAFETY: bpf_prog_info is a plain C struct; zero is a valid initial value.
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info and len point to live stack values of the sizes the kernel is told.
+    let r = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info as *mut _ as *mut _, &mut len)
+    };
+    (r == 0).then_some((info.run_time_ns, info.run_cnt))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn owner(
+    settings: Settings,
+    variants: Variants,
+    bpf_stats: bool,
+    tx: mpsc::Sender<Event>,
+    ctl: std_mpsc::Receiver<Ctl>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    ready: &std_mpsc::Sender<Result<()>>,
+) -> Result<()> {
+    let _stats_fd = if bpf_stats { enable_bpf_stats() } else { None };
+    let mut storage = MaybeUninit::uninit();
+    let mut loaded = load(&mut storage, &variants, &settings)?;
+    let own_ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening own network namespace")?;
+
+    let push = |ev: Event, c: &Counters| {
+        c.events.fetch_add(1, Ordering::Relaxed);
+        if tx.try_send(ev).is_err() {
+            c.channel_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let rb = {
+        let c = counters.clone();
+        let push = &push;
+        let mut b = RingBufferBuilder::new();
+        b.add(&loaded.skel.maps.tv_events, move |data: &[u8]| {
+            match decode(data) {
+                Ok(ev) => push(ev, &c),
+                Err(_) => {
+                    c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            0
+        })?;
+        b.build()?
+    };
+    let _ = ready.send(Ok(()));
+
+    let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));
+    let mut next_snap = Instant::now();
+    let progs = variants.progs();
+    while !stop.load(Ordering::SeqCst) {
+        if let Err(e) = rb.poll(Duration::from_millis(20)) {
+            if e.kind() != libbpf_rs::ErrorKind::Interrupted {
+                tracing::warn!("ring buffer poll: {e}");
+            }
+        }
+        while let Ok(Ctl::Select { all, rules }) = ctl.try_recv() {
+            if let Err(e) = set_selection(&loaded.skel, &mut loaded.cfg, all, &rules) {
+                tracing::warn!("updating the selection: {e:#}");
+            }
+        }
+        if Instant::now() >= next_snap {
+            next_snap = Instant::now() + snap_every;
+            snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
+            read_kernel_stats(&loaded.skel, &counters);
+            if bpf_stats {
+                let v: Vec<(String, u64, u64)> = progs
+                    .iter()
+                    .filter_map(|p| {
+                        prog_run_stats(prog_ref(&loaded.skel, *p).as_fd()).map(|(t, n)| (p.label().to_string(), t, n))
+                    })
+                    .collect();
+                if let Ok(mut s) = counters.prog_stats.lock() {
+                    *s = v;
+                }
+            }
+        }
+    }
+    // Drain what is already in the ring buffer before detaching.
+    let _ = rb.consume();
+    drop(rb);
+    drop(loaded);
+    Ok(())
+}
+
+fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {
+    let n = tv_stat::TV_ST_MAX.0 as usize;
+    let mut out = vec![0u64; n];
+    for (i, slot) in out.iter_mut().enumerate() {
+        if let Ok(Some(per_cpu)) = skel.maps.tv_stats.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY) {
+            *slot = per_cpu
+                .iter()
+                .map(|b| b.get(..8).and_then(|x| x.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0))
+                .sum();
+        }
+    }
+    if let Ok(mut k) = c.kernel.lock() {
+        *k = out;
+    }
+}
+
+/// One iterator pass per network namespace: the iterator sees only the opener's namespace.
+fn snapshot_all(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push: &dyn Fn(Event, &Counters)) {
+    let all = netns::list();
+    c.netns.store(all.len() as u64, Ordering::Relaxed);
+    let size = std::mem::size_of::<super::abi::tv_snap>();
+    for path in all.values() {
+        let Ok(f) = std::fs::File::open(path) else { continue };
+        if setns(f.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+            continue;
+        }
+        let mut buf = Vec::new();
+        if let Ok(mut it) = libbpf_rs::Iter::new(link) {
+            let _ = std::io::Read::read_to_end(&mut it, &mut buf);
+        }
+        for chunk in buf.chunks_exact(size) {
+            match decode(chunk) {
+                Ok(ev) => push(ev, c),
+                Err(_) => {
+                    c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        c.snapshots.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Err(e) = setns(own.as_fd(), CloneFlags::CLONE_NEWNET) {
+        tracing::error!("returning to the agent's own network namespace failed: {e}");
+    }
+}

@@ -1,0 +1,179 @@
+//! Open the object with the chosen variants, write its settings, and attach every program.
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut};
+
+use super::abi::{as_bytes, tv_config, tv_filter, tv_match};
+use super::skel::{TcpvigilSkel, TcpvigilSkelBuilder};
+use super::variants::{Prog, Variants, ALL};
+use crate::model::filter::Rule;
+
+/// What the kernel side is told before it starts.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Periodic sample of unselected bulk connections (0: off).
+    pub bulk_interval_ns: u64,
+    pub bulk_min_bytes: u64,
+    /// Per-ACK samples for every connection.
+    pub select_all: bool,
+    /// Per-ACK samples for connections matching any of these.
+    pub rules: Vec<Rule>,
+    pub ringbuf_bytes: u32,
+    pub snapshot_interval_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bulk_interval_ns: 50_000_000,
+            bulk_min_bytes: 1 << 20,
+            select_all: false,
+            rules: Vec::new(),
+            ringbuf_bytes: 8 << 20,
+            snapshot_interval_ms: 1000,
+        }
+    }
+}
+
+pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'b> {
+    let s = &skel.progs;
+    match p {
+        Prog::TcpProbe => &s.tv_tcp_probe,
+        Prog::SacktagExit => &s.tv_sacktag_exit,
+        Prog::RetransV2 => &s.tv_retrans_v2,
+        Prog::RetransV1 => &s.tv_retrans_v1,
+        Prog::MarkLost => &s.tv_mark_lost,
+        Prog::CongState => &s.tv_cong_state,
+        Prog::Sockops => &s.tv_sockops,
+        Prog::RtoTimer => &s.tv_rto_timer,
+        Prog::SetState => &s.tv_set_state,
+        Prog::Destroy => &s.tv_destroy,
+        Prog::SendFentry => &s.tv_send_fentry,
+        Prog::SendTp => &s.tv_send_tp,
+        Prog::SendLen => &s.tv_send_len,
+        Prog::Iter => &s.tv_iter,
+    }
+}
+
+/// The cgroup-v2 mount point (the root of the unified hierarchy).
+pub fn cgroup2_root() -> Result<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
+        })
+        .min_by_key(|p| p.as_os_str().len())
+        .ok_or_else(|| anyhow!("no cgroup2 file system is mounted (needed for the sockops RTO hook); mount one, e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`"))
+}
+
+pub struct Loaded<'obj> {
+    pub skel: TcpvigilSkel<'obj>,
+    pub links: Vec<Link>,
+    pub iter_link: Link,
+    pub cfg: tv_config,
+}
+
+fn rule_to_filter(r: &Rule) -> tv_filter {
+    let mut f = tv_filter::default();
+    let put = |addr: std::net::IpAddr, out: &mut [u8; 16]| -> u16 {
+        match addr.to_canonical() {
+            std::net::IpAddr::V4(a) => {
+                out[..4].copy_from_slice(&a.octets());
+                2
+            }
+            std::net::IpAddr::V6(a) => {
+                *out = a.octets();
+                10
+            }
+        }
+    };
+    if let Some(c) = r.cookie {
+        f.r#match |= tv_match::TV_M_COOKIE.0;
+        f.cookie = c;
+    }
+    if let Some(a) = r.laddr {
+        f.r#match |= tv_match::TV_M_LADDR.0;
+        f.family = put(a, &mut f.laddr);
+    }
+    if let Some(a) = r.raddr {
+        f.r#match |= tv_match::TV_M_RADDR.0;
+        f.family = put(a, &mut f.raddr);
+    }
+    if let Some(p) = r.lport {
+        f.r#match |= tv_match::TV_M_LPORT.0;
+        f.lport = p;
+    }
+    if let Some(p) = r.rport {
+        f.r#match |= tv_match::TV_M_RPORT.0;
+        f.rport = p;
+    }
+    f
+}
+
+/// Replace the selection rules; sockets re-evaluate lazily on their next event.
+pub fn set_selection(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, select_all: bool, rules: &[Rule]) -> Result<()> {
+    let n = rules.len().min(super::abi::MAX_FILTERS);
+    if rules.len() > n {
+        return Err(anyhow!("at most {} filter rules fit in the kernel (got {})", n, rules.len()));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let f = rule_to_filter(r);
+        skel.maps.tv_filters.update(&(i as u32).to_ne_bytes(), as_bytes(&f), MapFlags::ANY)?;
+    }
+    cfg.nfilters = n as u32;
+    cfg.select_all = select_all as u32;
+    cfg.filter_gen = cfg.filter_gen.wrapping_add(1);
+    skel.maps.tv_cfg.update(&0u32.to_ne_bytes(), as_bytes(cfg), MapFlags::ANY)?;
+    Ok(())
+}
+
+/// Load the chosen programs and attach them.
+pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &Settings) -> Result<Loaded<'obj>> {
+    let mut open = TcpvigilSkelBuilder::default().open(storage).context("opening the eBPF object")?;
+    let chosen = v.progs();
+    for p in ALL {
+        p.of(&mut open).set_autoload(chosen.contains(&p));
+    }
+    open.maps.tv_events.set_max_entries(s.ringbuf_bytes)?;
+    let skel = open.load().context("loading the eBPF programs")?;
+
+    let mut cfg = tv_config {
+        bulk_interval_ns: s.bulk_interval_ns,
+        bulk_min_bytes: s.bulk_min_bytes,
+        fexit_sacktag: v.uses(Prog::SacktagExit) as u32,
+        ca_from_probe: (!v.uses(Prog::CongState)) as u32,
+        exact_lost_rtx: v.uses(Prog::MarkLost) as u32,
+        rto_fentry: v.uses(Prog::RtoTimer) as u32,
+        ..Default::default()
+    };
+    set_selection(&skel, &mut cfg, s.select_all, &s.rules)?;
+
+    let mut links = Vec::new();
+    for p in &chosen {
+        if p.auto_attach() {
+            let l = prog_ref(&skel, *p).attach().with_context(|| format!("attaching {}", p.label()))?;
+            links.push(l);
+        }
+    }
+    // Sockops: attached at the cgroup-v2 root for the RTO callback and to ask for it
+    // on new connections, also when the fentry RTO variant is in use (harmless then).
+    if chosen.contains(&Prog::Sockops) {
+        let root = cgroup2_root()?;
+        let f = File::open(&root).with_context(|| format!("opening cgroup {}", root.display()))?;
+        let l = skel
+            .progs
+            .tv_sockops
+            .attach_cgroup(f.as_raw_fd())
+            .with_context(|| format!("attaching sockops at {}", root.display()))?;
+        links.push(l);
+    }
+    let iter_link = skel.progs.tv_iter.attach().context("attaching iter/tcp")?;
+    Ok(Loaded { skel, links, iter_link, cfg })
+}

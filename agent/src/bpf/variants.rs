@@ -1,0 +1,308 @@
+//! Which program serves each hook need on this kernel, decided by trial loads (never by probes).
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{OpenProgramMut, PrintLevel};
+use serde::Serialize;
+
+use super::skel::{OpenTcpvigilSkel, TcpvigilSkelBuilder};
+
+/// Every program in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Prog {
+    TcpProbe,
+    SacktagExit,
+    RetransV2,
+    RetransV1,
+    MarkLost,
+    CongState,
+    Sockops,
+    RtoTimer,
+    SetState,
+    Destroy,
+    SendFentry,
+    SendTp,
+    SendLen,
+    Iter,
+}
+
+pub const ALL: [Prog; 14] = [
+    Prog::TcpProbe,
+    Prog::SacktagExit,
+    Prog::RetransV2,
+    Prog::RetransV1,
+    Prog::MarkLost,
+    Prog::CongState,
+    Prog::Sockops,
+    Prog::RtoTimer,
+    Prog::SetState,
+    Prog::Destroy,
+    Prog::SendFentry,
+    Prog::SendTp,
+    Prog::SendLen,
+    Prog::Iter,
+];
+
+impl Prog {
+    /// The section as a user reads it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Prog::TcpProbe => "tp_btf/tcp_probe",
+            Prog::SacktagExit => "fexit/tcp_sacktag_write_queue",
+            Prog::RetransV2 => "tp_btf/tcp_retransmit_skb (sk, skb, err)",
+            Prog::RetransV1 => "tp_btf/tcp_retransmit_skb (sk, skb)",
+            Prog::MarkLost => "fentry/tcp_mark_skb_lost",
+            Prog::CongState => "tp_btf/tcp_cong_state_set",
+            Prog::Sockops => "sockops RTO_CB (cgroup-v2 root)",
+            Prog::RtoTimer => "fentry/tcp_retransmit_timer",
+            Prog::SetState => "tp_btf/inet_sock_set_state",
+            Prog::Destroy => "tp_btf/tcp_destroy_sock",
+            Prog::SendFentry => "fentry/tcp_sendmsg_locked",
+            Prog::SendTp => "tp_btf/tcp_sendmsg_locked",
+            Prog::SendLen => "tp_btf/sock_send_length",
+            Prog::Iter => "iter/tcp",
+        }
+    }
+
+    /// Attached by `attach()` on its own (sockops needs a cgroup, the iterator is read on demand).
+    pub fn auto_attach(self) -> bool {
+        !matches!(self, Prog::Sockops | Prog::Iter)
+    }
+
+    pub fn of<'a, 'b>(self, open: &'a mut OpenTcpvigilSkel<'b>) -> &'a mut OpenProgramMut<'b> {
+        let p = &mut open.progs;
+        match self {
+            Prog::TcpProbe => &mut p.tv_tcp_probe,
+            Prog::SacktagExit => &mut p.tv_sacktag_exit,
+            Prog::RetransV2 => &mut p.tv_retrans_v2,
+            Prog::RetransV1 => &mut p.tv_retrans_v1,
+            Prog::MarkLost => &mut p.tv_mark_lost,
+            Prog::CongState => &mut p.tv_cong_state,
+            Prog::Sockops => &mut p.tv_sockops,
+            Prog::RtoTimer => &mut p.tv_rto_timer,
+            Prog::SetState => &mut p.tv_set_state,
+            Prog::Destroy => &mut p.tv_destroy,
+            Prog::SendFentry => &mut p.tv_send_fentry,
+            Prog::SendTp => &mut p.tv_send_tp,
+            Prog::SendLen => &mut p.tv_send_len,
+            Prog::Iter => &mut p.tv_iter,
+        }
+    }
+}
+
+/// One thing the agent needs from the kernel, with its candidates best first.
+pub struct Need {
+    pub name: &'static str,
+    pub what: &'static str,
+    /// Without it the agent cannot run.
+    pub essential: bool,
+    pub candidates: &'static [Prog],
+    /// What serves the need when no candidate loads (None: nothing does).
+    pub otherwise: Option<&'static str>,
+}
+
+pub const NEEDS: &[Need] = &[
+    Need {
+        name: "sack",
+        what: "scoreboard after each SACK is processed",
+        essential: false,
+        candidates: &[Prog::SacktagExit],
+        otherwise: Some("tp_btf/tcp_probe, SACK blocks parsed and joined with the next ACK"),
+    },
+    Need {
+        name: "ack",
+        what: "per-ACK samples and bulk sampling",
+        essential: true,
+        candidates: &[Prog::TcpProbe],
+        otherwise: None,
+    },
+    Need {
+        name: "retrans",
+        what: "retransmissions and the delay between resends",
+        essential: true,
+        candidates: &[Prog::RetransV2, Prog::RetransV1],
+        otherwise: None,
+    },
+    Need {
+        name: "lost_retrans",
+        what: "retransmissions lost again",
+        essential: false,
+        candidates: &[Prog::MarkLost],
+        otherwise: Some("TCPCB_REPAIRED (0x10) bit at tcp_retransmit_skb"),
+    },
+    Need {
+        name: "ca_state",
+        what: "congestion-state changes",
+        essential: false,
+        candidates: &[Prog::CongState],
+        otherwise: Some("state compared at every tcp_probe"),
+    },
+    Need {
+        name: "rto",
+        what: "retransmission timeouts",
+        essential: true,
+        candidates: &[Prog::RtoTimer, Prog::Sockops],
+        otherwise: None,
+    },
+    Need {
+        name: "lifecycle",
+        what: "connection state changes",
+        essential: true,
+        candidates: &[Prog::SetState],
+        otherwise: None,
+    },
+    Need {
+        name: "close",
+        what: "final counters at socket destruction",
+        essential: false,
+        candidates: &[Prog::Destroy],
+        otherwise: Some("last snapshot"),
+    },
+    Need {
+        name: "owner",
+        what: "process attribution (pid, comm, cgroup)",
+        essential: false,
+        candidates: &[Prog::SendFentry, Prog::SendTp, Prog::SendLen],
+        otherwise: Some("uid from snapshots only"),
+    },
+    Need {
+        name: "snapshot",
+        what: "queues, chrono stats, options (iter/tcp per netns)",
+        essential: true,
+        candidates: &[Prog::Iter],
+        otherwise: None,
+    },
+];
+
+/// What was decided for one need.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    pub need: &'static str,
+    pub what: &'static str,
+    pub essential: bool,
+    /// The program chosen, if any.
+    pub prog: Option<Prog>,
+    pub variant: String,
+    pub preferred: bool,
+    /// Candidates that were refused, with the kernel's reason.
+    pub refused: Vec<(String, String)>,
+}
+
+impl Choice {
+    pub fn ok(&self) -> bool {
+        !self.essential || self.prog.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Variants {
+    pub choices: Vec<Choice>,
+}
+
+impl Variants {
+    pub fn uses(&self, p: Prog) -> bool {
+        self.choices.iter().any(|c| c.prog == Some(p))
+    }
+
+    /// Programs to load: the chosen ones.
+    pub fn progs(&self) -> Vec<Prog> {
+        let mut v: Vec<Prog> = self.choices.iter().filter_map(|c| c.prog).collect();
+        v.dedup();
+        v
+    }
+
+    pub fn missing_essential(&self) -> Vec<&Choice> {
+        self.choices.iter().filter(|c| !c.ok()).collect()
+    }
+
+    /// (need, variant) pairs for headers and metrics.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        self.choices.iter().map(|c| (c.need.to_string(), c.variant.clone())).collect()
+    }
+}
+
+static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
+
+fn collect_log(_level: PrintLevel, msg: String) {
+    if let Ok(mut l) = LIBBPF_LOG.lock() {
+        if l.len() < 64 * 1024 {
+            l.push_str(&msg);
+        }
+    }
+}
+
+/// Route libbpf's messages into a buffer (read by `take_libbpf_log`) instead of stderr.
+pub fn capture_libbpf_log() {
+    libbpf_rs::set_print(Some((PrintLevel::Warn, collect_log)));
+}
+
+pub fn take_libbpf_log() -> String {
+    LIBBPF_LOG.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default()
+}
+
+/// The most telling line of a libbpf failure log.
+fn reason(err: &libbpf_rs::Error, log: &str) -> String {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("failed to") || l.contains("Permission") || l.contains("invalid") || l.contains("BTF"))
+        .map(|l| l.trim().trim_start_matches("libbpf: ").to_string());
+    match line {
+        Some(l) => format!("{err} ({l})"),
+        None => err.to_string(),
+    }
+}
+
+/// Load the object with only `prog` enabled (maps shrunk) and, for tracing programs, attach it once.
+pub fn trial(prog: Prog) -> Result<(), String> {
+    let _ = take_libbpf_log();
+    let mut storage = MaybeUninit::uninit();
+    let mut open = TcpvigilSkelBuilder::default().open(&mut storage).map_err(|e| e.to_string())?;
+    for p in ALL {
+        p.of(&mut open).set_autoload(p == prog);
+    }
+    let _ = open.maps.tv_events.set_max_entries(4096);
+    let _ = open.maps.tv_rtx.set_max_entries(16);
+    let skel = open.load().map_err(|e| reason(&e, &take_libbpf_log()))?;
+    if prog.auto_attach() {
+        let p = super::load::prog_ref(&skel, prog);
+        let link = p.attach().map_err(|e| format!("loads but does not attach: {}", reason(&e, &take_libbpf_log())))?;
+        drop(link);
+    }
+    Ok(())
+}
+
+/// Decide every need by trial load.
+pub fn choose() -> Variants {
+    let mut choices = Vec::new();
+    for need in NEEDS {
+        let mut refused = Vec::new();
+        let mut chosen = None;
+        for &c in need.candidates {
+            match trial(c) {
+                Ok(()) => {
+                    chosen = Some(c);
+                    break;
+                }
+                Err(e) => refused.push((c.label().to_string(), e)),
+            }
+        }
+        let preferred = chosen == need.candidates.first().copied();
+        let variant = match (chosen, need.otherwise) {
+            (Some(p), _) => p.label().to_string(),
+            (None, Some(o)) => o.to_string(),
+            (None, None) => "none".to_string(),
+        };
+        choices.push(Choice {
+            need: need.name,
+            what: need.what,
+            essential: need.essential,
+            prog: chosen,
+            variant,
+            preferred,
+            refused,
+        });
+    }
+    Variants { choices }
+}

@@ -1,0 +1,92 @@
+//! Helpers shared by subcommands: input validation, clocks, privileges, Ctrl-C.
+use std::path::Path;
+use std::process::ExitCode;
+
+use tcpvigil::model::Filter;
+
+/// A usage error: printed, exit code 2, nothing loaded.
+pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tcpvigil: {msg}");
+    ExitCode::from(2)
+}
+
+pub fn parse_filters(v: &[String]) -> Result<Vec<Filter>, String> {
+    v.iter().map(|s| s.parse::<Filter>().map_err(|e| e.to_string())).collect()
+}
+
+/// An output path we can create: its directory exists and it is not a directory itself.
+pub fn check_out_path(p: &Path) -> Result<(), String> {
+    if p.as_os_str().is_empty() {
+        return Err("the output path is empty".into());
+    }
+    if p.is_dir() {
+        return Err(format!("{} is a directory; give a file name", p.display()));
+    }
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!("the directory {} does not exist", dir.display()));
+    }
+    Ok(())
+}
+
+/// Unix time minus CLOCK_MONOTONIC, in nanoseconds.
+pub fn mono_to_unix_ns() -> i64 {
+    let now = |clk| nix::time::clock_gettime(clk).map(|t| t.tv_sec() as i64 * 1_000_000_000 + t.tv_nsec() as i64);
+    match (now(nix::time::ClockId::CLOCK_REALTIME), now(nix::time::ClockId::CLOCK_MONOTONIC)) {
+        (Ok(r), Ok(m)) => r - m,
+        _ => 0,
+    }
+}
+
+pub fn mono_now_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Refuse early, with what is missing, when BPF cannot be loaded at all.
+pub fn require_privileges() -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        // Capabilities could suffice; test what the kernel says by the effective set.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        const CAP_SYS_ADMIN: u64 = 1 << 21;
+        const CAP_BPF: u64 = 1 << 39;
+        const CAP_PERFMON: u64 = 1 << 38;
+        if eff & CAP_SYS_ADMIN == 0 && (eff & CAP_BPF == 0 || eff & CAP_PERFMON == 0) {
+            return Err("loading eBPF programs needs root or CAP_BPF+CAP_PERFMON (+CAP_NET_ADMIN for sockops, CAP_SYS_ADMIN to enter other network namespaces); run with sudo".into());
+        }
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err("this kernel has no BTF (/sys/kernel/btf/vmlinux); tcpvigil's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y".into());
+    }
+    Ok(())
+}
+
+/// A tokio signal future that resolves on Ctrl-C or SIGTERM.
+pub async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,171 @@
+//! `tcpvigil record`: per-ACK samples and events of the selected connections, as JSON lines.
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tcpvigil::bpf::agent::{Agent, KERNEL_STAT_NAMES};
+use tcpvigil::bpf::load::Settings;
+use tcpvigil::bpf::variants::{capture_libbpf_log, choose};
+use tcpvigil::model::{Body, Filter};
+use tcpvigil::recording::{write_event, write_header, Header, FORMAT_VERSION};
+
+use super::common::*;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// File to write (JSON lines: a header, then one event per line).
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Stop after this many seconds (default: until Ctrl-C).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604800))]
+    duration: Option<u64>,
+    /// Connections to record (ADDR:PORT, :PORT, ADDR, [V6]:PORT, cookie, LADDR:LPORT-RADDR:RPORT);
+    /// repeat for several. Without it every connection is recorded.
+    #[arg(long = "conn")]
+    conns: Vec<String>,
+    /// Seconds between connection snapshots.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+    snapshot_interval: f64,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.05..=60.0).contains(&v) => Ok(v),
+        _ => Err("a number of seconds from 0.05 to 60".into()),
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let filters = match parse_filters(&a.conns) {
+        Ok(f) => f,
+        Err(e) => return Ok(usage(e)),
+    };
+    if let Err(e) = check_out_path(&a.out) {
+        return Ok(usage(e));
+    }
+    if let Err(e) = require_privileges() {
+        return Ok(usage(e));
+    }
+    let rules: Vec<_> = filters.iter().flat_map(|f| f.rules()).collect();
+    if rules.len() > tcpvigil::bpf::abi::MAX_FILTERS {
+        return Ok(usage(format!("too many filters: they need {} kernel rules, at most {} fit", rules.len(), tcpvigil::bpf::abi::MAX_FILTERS)));
+    }
+    let file = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+
+    capture_libbpf_log();
+    let variants = choose();
+    if let Some(m) = variants.missing_essential().first() {
+        anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
+    }
+    let settings = Settings {
+        bulk_interval_ns: 0,
+        select_all: filters.is_empty(),
+        rules,
+        snapshot_interval_ms: (a.snapshot_interval * 1000.0) as u64,
+        ..Default::default()
+    };
+    let header = Header {
+        tcpvigil_recording: FORMAT_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: kernel_release(),
+        hostname: hostname(),
+        mono_to_unix_ns: mono_to_unix_ns(),
+        variants: variants.pairs(),
+        filters: a.conns.clone(),
+    };
+    write_header(&mut w, &header)?;
+    let agent = Agent::start(settings, variants, 1 << 16, false)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let summary = rt.block_on(pump(agent, &filters, a.duration.map(Duration::from_secs), &mut w))?;
+    w.flush()?;
+    eprintln!("{summary}");
+    eprintln!("tcpvigil: wrote {}", a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, w: &mut impl Write) -> Result<String> {
+    let start = Instant::now();
+    let deadline = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let stop = interrupted();
+    tokio::pin!(stop);
+    let mut progress = tokio::time::interval(Duration::from_secs(5));
+    progress.tick().await;
+    let mut by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut conns = HashSet::new();
+    eprintln!("tcpvigil: recording{}; Ctrl-C to stop", duration.map(|d| format!(" for {}s", d.as_secs())).unwrap_or_default());
+    loop {
+        tokio::select! {
+            ev = agent.events.recv() => {
+                let Some(ev) = ev else { break };
+                if !filters.is_empty() && !filters.iter().any(|f| f.matches(&ev.conn)) {
+                    continue;
+                }
+                *by_type.entry(kind_name(&ev.body)).or_default() += 1;
+                conns.insert(ev.conn.cookie);
+                write_event(&mut *w, &ev)?;
+            }
+            _ = &mut deadline => break,
+            _ = &mut stop => break,
+            _ = progress.tick() => {
+                eprintln!("tcpvigil: {:>5.0}s  {} events  {} connections", start.elapsed().as_secs_f64(), by_type.values().sum::<u64>(), conns.len());
+            }
+        }
+    }
+    agent.stop();
+    // Events decoded before the thread stopped are still in the channel.
+    while let Ok(ev) = agent.events.try_recv() {
+        if filters.is_empty() || filters.iter().any(|f| f.matches(&ev.conn)) {
+            *by_type.entry(kind_name(&ev.body)).or_default() += 1;
+            conns.insert(ev.conn.cookie);
+            write_event(&mut *w, &ev)?;
+        }
+    }
+    let c = &agent.counters;
+    let kernel = c.kernel.lock().map(|k| k.clone()).unwrap_or_default();
+    let mut s = format!(
+        "tcpvigil: recorded {:.1}s, {} connections, {} events ({})",
+        start.elapsed().as_secs_f64(),
+        conns.len(),
+        by_type.values().sum::<u64>(),
+        by_type.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    );
+    let lost_rb = kernel.first().copied().unwrap_or(0);
+    s.push_str(&format!(
+        "\ntcpvigil: lost: {} in the kernel ring buffer, {} in the channel, {} undecodable",
+        lost_rb,
+        c.channel_dropped.load(Ordering::Relaxed),
+        c.decode_errors.load(Ordering::Relaxed)
+    ));
+    for (i, name) in KERNEL_STAT_NAMES.iter().enumerate().skip(1).take(4) {
+        if let Some(v) = kernel.get(i).filter(|v| **v > 0) {
+            s.push_str(&format!(", {v} {name}"));
+        }
+    }
+    Ok(s)
+}
+
+pub fn kind_name(b: &Body) -> &'static str {
+    match b {
+        Body::Sample(_) => "sample",
+        Body::Retrans(_) => "retrans",
+        Body::LostRetrans(_) => "lost_retrans",
+        Body::CaState(_) => "ca_state",
+        Body::Rto(_) => "rto",
+        Body::State(_) => "state",
+        Body::Snapshot(_) => "snapshot",
+        Body::Close(_) => "close",
+        Body::Owner(_) => "owner",
+    }
+}
