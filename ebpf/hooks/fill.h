@@ -58,18 +58,24 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 
 	s->state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	s->ca_state = tv_ca_state_of(tp);
+	/* The option bits share one u16 after rcv_tsecr (stable layout since 4.18, checked against
+	 * tcp_info on 6.18): saw_tstamp:1 tstamp_ok:1 dsack:1 wscale_ok:1 sack_ok:3 smc_ok:1
+	 * snd_wscale:4 rcv_wscale:4. Read as a word: the bitfield CO-RE macros gave wrong bits here. */
+	__u16 w = 0;
+	bpf_probe_read_kernel(&w, sizeof(w),
+			      (void *)&tp->rx_opt + bpf_core_field_offset(struct tcp_options_received, rcv_tsecr) + 4);
 	__u8 opts = 0;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, sack_ok))
+	if (w & 0x0070)
 		opts |= TV_OPT_SACK;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, wscale_ok))
+	if (w & 0x0008)
 		opts |= TV_OPT_WSCALE;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, tstamp_ok))
+	if (w & 0x0002)
 		opts |= TV_OPT_TS;
 	if (tp->ecn_flags & 1)
 		opts |= TV_OPT_ECN;
 	s->opts = opts;
-	s->snd_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, snd_wscale);
-	s->rcv_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, rcv_wscale);
+	s->snd_wscale = (w >> 8) & 0xf;
+	s->rcv_wscale = (w >> 12) & 0xf;
 	s->app_limited = BPF_CORE_READ_BITFIELD_PROBED(tp, rate_app_limited);
 	__u8 ctype = BPF_CORE_READ_BITFIELD_PROBED(tp, chrono_type);
 	s->chrono_type = ctype;
