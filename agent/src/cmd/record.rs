@@ -28,6 +28,9 @@ pub struct Args {
     /// repeat for several. Without it every connection is recorded.
     #[arg(long = "conn")]
     conns: Vec<String>,
+    /// Create this file once the probes are attached (for harnesses).
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
     /// Seconds between connection snapshots.
     #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
     snapshot_interval: f64,
@@ -81,6 +84,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     write_header(&mut w, &header)?;
     let agent = Agent::start(settings, variants, 1 << 16, false)?;
+    if let Some(r) = &a.ready_file {
+        File::create(r).with_context(|| format!("creating the ready file {}", r.display()))?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let summary = rt.block_on(pump(agent, &filters, a.duration.map(Duration::from_secs), &mut w))?;
     w.flush()?;

@@ -1,0 +1,190 @@
+//! The data path against the kernel's own truth: MIB counters, a packet capture, `check`.
+mod support;
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+use tcpvigil::model::Body;
+
+fn netns_inode(ns: &str) -> u32 {
+    sh(&format!("stat -L -c %i /run/netns/{ns}")).trim().parse().expect("netns inode")
+}
+
+struct Counts {
+    retrans_segs: i64,
+    lost_retrans: i64,
+    rtos: i64,
+}
+
+fn counts(rec: &tcpvigil::recording::Recording, netns: u32) -> Counts {
+    let exact = rec.header.variants.iter().any(|(n, v)| n == "lost_retrans" && v.starts_with("fentry"));
+    let mut c = Counts { retrans_segs: 0, lost_retrans: 0, rtos: 0 };
+    for e in rec.events.iter().filter(|e| e.conn.netns == netns) {
+        match &e.body {
+            Body::Retrans(r) => {
+                c.retrans_segs += r.segs as i64;
+                if r.lost_retrans && !exact {
+                    c.lost_retrans += r.segs as i64;
+                }
+            }
+            Body::LostRetrans(r) if exact => c.lost_retrans += r.segs as i64,
+            Body::Rto(_) => c.rtos += 1,
+            _ => {}
+        }
+    }
+    c
+}
+
+fn delta(before: &HashMap<String, i64>, after: &HashMap<String, i64>, k: &str) -> i64 {
+    after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)
+}
+
+#[test]
+fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
+    if !require_root("retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib") {
+        return;
+    }
+    let p = Pair::new("m");
+    let port = 5301;
+    p.shape(200, 0);
+    // 4% of data segments dropped (SYNs spared: a lost SYN is a timeout no socket callback sees).
+    sh(&format!(
+        "ip netns exec {} nft -f - <<'EOF'\ntable inet tvt {{\n chain in {{ type filter hook input priority 0; policy accept;\n  tcp dport {port} tcp flags & syn == 0 numgen random mod 1000 < 40 counter drop\n }}\n}}\nEOF",
+        p.rcv
+    ));
+    let (sns, rns) = (netns_inode(&p.snd), netns_inode(&p.rcv));
+    let _srv = p.iperf_server(port);
+    let rec = Recorder::start(&["--conn", &format!(":{port}")], 9);
+    let (b_snd, b_rcv) = (p.mib(&p.snd), p.mib(&p.rcv));
+    let outage = p.outage_after(Duration::from_millis(1500), Duration::from_millis(1200));
+    let j = p.iperf_client(port, 5, &[]);
+    let _ = outage.join();
+    let (a_snd, a_rcv) = (p.mib(&p.snd), p.mib(&p.rcv));
+    let (rec, log) = rec.finish();
+    eprintln!("{log}");
+    assert!(j["end"]["sum_sent"]["bytes"].as_f64().unwrap_or(0.0) > 1e6, "the transfer moved data");
+    for (name, ns, b, a) in [("sender", sns, &b_snd, &a_snd), ("receiver", rns, &b_rcv, &a_rcv)] {
+        let c = counts(&rec, ns);
+        let (mr, ml, mt) = (
+            delta(b, a, "TcpRetransSegs"),
+            delta(b, a, "TcpExtTCPLostRetransmit"),
+            delta(b, a, "TcpExtTCPTimeouts"),
+        );
+        eprintln!(
+            "{name}: retrans segs agent {} mib {mr}; lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
+            c.retrans_segs, c.lost_retrans, c.rtos
+        );
+        assert_eq!(c.retrans_segs, mr, "{name}: retransmitted segments vs TcpRetransSegs");
+        assert_eq!(c.rtos, mt, "{name}: RTOs vs TcpExtTCPTimeouts");
+        assert_eq!(c.lost_retrans, ml, "{name}: lost retransmissions vs TcpExtTCPLostRetransmit");
+    }
+    let c = counts(&rec, sns);
+    assert!(c.retrans_segs > 50, "loss was injected: {} retransmitted segments", c.retrans_segs);
+    assert!(c.rtos >= 1, "the outage forced at least one RTO");
+    assert!(c.lost_retrans >= 1, "retransmissions were lost again");
+}
+
+/// SACK blocks as tcpdump prints them: `sack 2 {a:b}{c:d}`, absolute with -S.
+fn capture_blocks(text: &str) -> BTreeSet<(u32, u32)> {
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let Some(i) = line.find("sack ") else { continue };
+        for part in line[i..].split('{').skip(1) {
+            let Some(body) = part.split('}').next() else { continue };
+            if let Some((a, b)) = body.split_once(':') {
+                if let (Ok(a), Ok(b)) = (a.parse(), b.parse()) {
+                    out.insert((a, b));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
+    if !require_root("sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks") {
+        return;
+    }
+    let p = Pair::new("c");
+    let port = 5302;
+    p.shape(100, 0);
+    p.random_loss(port, 4);
+    let _srv = p.iperf_server(port);
+    let pcap = std::env::temp_dir().join(format!("tvt-{}.pcap", std::process::id()));
+    let mut dump = Command::new("ip")
+        .args(["netns", "exec", &p.snd, "tcpdump", "-i", &format!("v{}", p.snd), "-w"])
+        .arg(&pcap)
+        .args(["-s", "128", "-B", "16384", "-U", &format!("tcp src port {port}")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tcpdump");
+    // tcpdump says "listening on ..." once its socket is bound.
+    let mut dump_err = dump.stderr.take().map(std::io::BufReader::new);
+    if let Some(err) = dump_err.as_mut() {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = err.read_line(&mut line);
+    }
+    let rec = Recorder::start(&["--conn", &format!(":{port}")], 6);
+    let j = p.iperf_client(port, 3, &["-C", "cubic"]);
+    eprintln!("iperf3 moved {} bytes", j["end"]["sum_sent"]["bytes"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(dump.id() as i32), nix::sys::signal::Signal::SIGINT);
+    let _ = dump.wait();
+    let mut stats = String::new();
+    if let Some(mut err) = dump_err {
+        let _ = std::io::Read::read_to_string(&mut err, &mut stats);
+    }
+    // "N packets dropped by kernel": ACKs the capture missed but the agent saw.
+    let cap_dropped: usize = stats
+        .lines()
+        .find(|l| l.contains("dropped by kernel"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let (rec, _) = rec.finish();
+    let text = sh(&format!("tcpdump -S -n -r {} 2>/dev/null", pcap.display()));
+    eprintln!("{}", text.lines().filter(|l| l.contains("sack")).take(3).collect::<Vec<_>>().join("\n"));
+    let _ = std::fs::remove_file(&pcap);
+    let on_wire = capture_blocks(&text);
+    let sns = netns_inode(&p.snd);
+    let mut in_samples = BTreeSet::new();
+    for e in rec.events.iter().filter(|e| e.conn.netns == sns) {
+        if let Body::Sample(s) = &e.body {
+            in_samples.extend(s.sack.iter().copied());
+        }
+    }
+    assert!(on_wire.len() > 20, "the capture saw SACK blocks: {}", on_wire.len());
+    let missing: Vec<_> = on_wire.difference(&in_samples).collect();
+    let invented: Vec<_> = in_samples.difference(&on_wire).collect();
+    eprintln!("SACK blocks: {} on the wire, {} in samples, {} missed, {} not on the wire", on_wire.len(), in_samples.len(), missing.len(), invented.len());
+    eprintln!("tcpdump: {}", stats.replace('\n', "; "));
+    assert!(invented.len() <= cap_dropped, "samples carry blocks no ACK had: {:?} (wire sample {:?})", &invented[..invented.len().min(5)], on_wire.iter().take(5).collect::<Vec<_>>());
+    assert!(missing.len() * 100 <= on_wire.len(), "more than 1% of captured blocks missing from samples: {:?}", &missing[..missing.len().min(5)]);
+}
+
+#[test]
+fn check_reports_the_fallbacks_this_kernel_needs() {
+    if !require_root("check_reports_the_fallbacks_this_kernel_needs") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpvigil")).args(["check", "--json"]).output().expect("run check");
+    assert!(out.status.success(), "check failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check --json");
+    assert_eq!(v["ok"], true);
+    let needs = v["needs"].as_array().expect("needs");
+    let get = |n: &str| needs.iter().find(|x| x["need"] == n).cloned().unwrap_or_default();
+    for essential in ["ack", "retrans", "rto", "lifecycle", "snapshot"] {
+        assert!(get(essential)["prog"].is_string(), "{essential} has a program: {}", get(essential));
+    }
+    let sack = get("sack");
+    if sack["preferred"] == false {
+        let refused = sack["refused"].to_string();
+        assert!(refused.contains("fexit/tcp_sacktag_write_queue"), "the refusal is reported: {refused}");
+        assert_eq!(get("ack")["variant"], "tp_btf/tcp_probe");
+    } else {
+        assert_eq!(sack["variant"], "fexit/tcp_sacktag_write_queue");
+    }
+}
