@@ -6,7 +6,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tcpvigil", version, about = "TCP loss-recovery observability for bulk transfers over long fat networks")]
+#[command(
+    name = "tcpvigil",
+    version,
+    about = "TCP loss-recovery observability for bulk transfers over long fat networks"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -29,9 +33,7 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let r = match cli.cmd {

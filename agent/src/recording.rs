@@ -65,8 +65,7 @@ pub fn read(r: impl BufRead) -> Result<Recording, RecordingError> {
     if first.trim().is_empty() {
         return Err(RecordingError::Empty);
     }
-    let header: Header =
-        serde_json::from_str(&first).map_err(|e| RecordingError::NotARecording(e.to_string()))?;
+    let header: Header = serde_json::from_str(&first).map_err(|e| RecordingError::NotARecording(e.to_string()))?;
     if header.tcpvigil_recording != FORMAT_VERSION {
         return Err(RecordingError::Version(header.tcpvigil_recording));
     }

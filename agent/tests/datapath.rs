@@ -67,11 +67,8 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
     assert!(j["end"]["sum_sent"]["bytes"].as_f64().unwrap_or(0.0) > 1e6, "the transfer moved data");
     for (name, ns, b, a) in [("sender", sns, &b_snd, &a_snd), ("receiver", rns, &b_rcv, &a_rcv)] {
         let c = counts(&rec, ns);
-        let (mr, ml, mt) = (
-            delta(b, a, "TcpRetransSegs"),
-            delta(b, a, "TcpExtTCPLostRetransmit"),
-            delta(b, a, "TcpExtTCPTimeouts"),
-        );
+        let (mr, ml, mt) =
+            (delta(b, a, "TcpRetransSegs"), delta(b, a, "TcpExtTCPLostRetransmit"), delta(b, a, "TcpExtTCPTimeouts"));
         eprintln!(
             "{name}: retrans segs agent {} mib {mr}; lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
             c.retrans_segs, c.lost_retrans, c.rtos
@@ -159,10 +156,25 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
     assert!(on_wire.len() > 20, "the capture saw SACK blocks: {}", on_wire.len());
     let missing: Vec<_> = on_wire.difference(&in_samples).collect();
     let invented: Vec<_> = in_samples.difference(&on_wire).collect();
-    eprintln!("SACK blocks: {} on the wire, {} in samples, {} missed, {} not on the wire", on_wire.len(), in_samples.len(), missing.len(), invented.len());
+    eprintln!(
+        "SACK blocks: {} on the wire, {} in samples, {} missed, {} not on the wire",
+        on_wire.len(),
+        in_samples.len(),
+        missing.len(),
+        invented.len()
+    );
     eprintln!("tcpdump: {}", stats.replace('\n', "; "));
-    assert!(invented.len() <= cap_dropped, "samples carry blocks no ACK had: {:?} (wire sample {:?})", &invented[..invented.len().min(5)], on_wire.iter().take(5).collect::<Vec<_>>());
-    assert!(missing.len() * 100 <= on_wire.len(), "more than 1% of captured blocks missing from samples: {:?}", &missing[..missing.len().min(5)]);
+    assert!(
+        invented.len() <= cap_dropped,
+        "samples carry blocks no ACK had: {:?} (wire sample {:?})",
+        &invented[..invented.len().min(5)],
+        on_wire.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        missing.len() * 100 <= on_wire.len(),
+        "more than 1% of captured blocks missing from samples: {:?}",
+        &missing[..missing.len().min(5)]
+    );
 }
 
 #[test]

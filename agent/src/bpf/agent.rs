@@ -113,9 +113,7 @@ fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64)> {
     let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
     // SAFETY: info and len point to live stack values of the sizes the kernel is told.
-    let r = unsafe {
-        libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info as *mut _ as *mut _, &mut len)
-    };
+    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info as *mut _ as *mut _, &mut len) };
     (r == 0).then_some((info.run_time_ns, info.run_cnt))
 }
 

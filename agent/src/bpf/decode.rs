@@ -245,7 +245,14 @@ mod tests {
     use super::*;
 
     fn hdr(kind: tv_kind, size: usize) -> tv_hdr {
-        let mut h = tv_hdr { kind: kind.0 as u16, size: size as u16, netns: 4026531840, ts_ns: 42, cookie: 7, ..Default::default() };
+        let mut h = tv_hdr {
+            kind: kind.0 as u16,
+            size: size as u16,
+            netns: 4026531840,
+            ts_ns: 42,
+            cookie: 7,
+            ..Default::default()
+        };
         h.t.family = 2;
         h.t.lport = 40000;
         h.t.rport = 5201;

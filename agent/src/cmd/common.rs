@@ -70,7 +70,10 @@ pub fn require_privileges() -> Result<(), String> {
         }
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err("this kernel has no BTF (/sys/kernel/btf/vmlinux); tcpvigil's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y".into());
+        return Err(
+            "this kernel has no BTF (/sys/kernel/btf/vmlinux); tcpvigil's CO-RE programs need CONFIG_DEBUG_INFO_BTF=y"
+                .into(),
+        );
     }
     Ok(())
 }

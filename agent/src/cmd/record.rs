@@ -56,7 +56,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let rules: Vec<_> = filters.iter().flat_map(|f| f.rules()).collect();
     if rules.len() > tcpvigil::bpf::abi::MAX_FILTERS {
-        return Ok(usage(format!("too many filters: they need {} kernel rules, at most {} fit", rules.len(), tcpvigil::bpf::abi::MAX_FILTERS)));
+        return Ok(usage(format!(
+            "too many filters: they need {} kernel rules, at most {} fit",
+            rules.len(),
+            tcpvigil::bpf::abi::MAX_FILTERS
+        )));
     }
     let file = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
@@ -110,7 +114,10 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
     progress.tick().await;
     let mut by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut conns = HashSet::new();
-    eprintln!("tcpvigil: recording{}; Ctrl-C to stop", duration.map(|d| format!(" for {}s", d.as_secs())).unwrap_or_default());
+    eprintln!(
+        "tcpvigil: recording{}; Ctrl-C to stop",
+        duration.map(|d| format!(" for {}s", d.as_secs())).unwrap_or_default()
+    );
     loop {
         tokio::select! {
             ev = agent.events.recv() => {

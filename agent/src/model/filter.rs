@@ -114,11 +114,7 @@ mod tests {
     use crate::model::conn::Tuple;
 
     fn conn(l: &str, r: &str) -> ConnId {
-        ConnId {
-            cookie: 77,
-            netns: 1,
-            tuple: Tuple { local: l.parse().unwrap(), remote: r.parse().unwrap() },
-        }
+        ConnId { cookie: 77, netns: 1, tuple: Tuple { local: l.parse().unwrap(), remote: r.parse().unwrap() } }
     }
 
     #[test]
@@ -133,10 +129,7 @@ mod tests {
             "10.0.0.1:40000-10.0.0.2:5201".parse(),
             Ok(Filter::Pair("10.0.0.1:40000".parse().unwrap(), "10.0.0.2:5201".parse().unwrap()))
         );
-        assert_eq!(
-            "[fd00::1]:1-[fd00::2]:2".parse::<Filter>().map(|f| f.rules().len()),
-            Ok(1)
-        );
+        assert_eq!("[fd00::1]:1-[fd00::2]:2".parse::<Filter>().map(|f| f.rules().len()), Ok(1));
     }
 
     #[test]

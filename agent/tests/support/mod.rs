@@ -25,7 +25,14 @@ pub fn sh(cmd: &str) -> String {
 }
 
 pub fn sh_ok(cmd: &str) -> bool {
-    Command::new("sh").arg("-c").arg(cmd).stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Two namespaces joined by a veth pair: `snd` (10.N.0.1) and `rcv` (10.N.0.2), removed on drop.
@@ -53,7 +60,10 @@ impl Pair {
     /// Shape the sender's egress so the transfer is not limited by CPU alone.
     pub fn shape(&self, rate_mbit: u32, delay_ms: u32) {
         let _ = delay_ms;
-        sh(&format!("tc -n {} qdisc add dev v{} root tbf rate {rate_mbit}mbit burst 64kb latency 50ms", self.snd, self.snd));
+        sh(&format!(
+            "tc -n {} qdisc add dev v{} root tbf rate {rate_mbit}mbit burst 64kb latency 50ms",
+            self.snd, self.snd
+        ));
     }
 
     /// Drop `pct` percent of the data segments arriving at the receiver.
@@ -84,7 +94,10 @@ impl Pair {
             let lines: Vec<&str> = text.lines().collect();
             for w in lines.windows(2) {
                 let (h, v) = (w[0], w[1]);
-                if h.starts_with(&format!("{prefix}:")) && v.starts_with(&format!("{prefix}:")) && h.split_whitespace().nth(1).map(|x| x.parse::<i64>().is_err()).unwrap_or(false) {
+                if h.starts_with(&format!("{prefix}:"))
+                    && v.starts_with(&format!("{prefix}:"))
+                    && h.split_whitespace().nth(1).map(|x| x.parse::<i64>().is_err()).unwrap_or(false)
+                {
                     for (k, val) in h.split_whitespace().skip(1).zip(v.split_whitespace().skip(1)) {
                         if let Ok(n) = val.parse() {
                             out.insert(format!("{prefix}{k}"), n);
@@ -110,11 +123,24 @@ impl Pair {
     /// Run an iperf3 client to completion and return its JSON.
     pub fn iperf_client(&self, port: u16, secs: u32, extra: &[&str]) -> serde_json::Value {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.snd, "iperf3", "-c", &self.rcv_ip, "-p", &port.to_string(), "-t", &secs.to_string(), "-J"])
+            .args([
+                "netns",
+                "exec",
+                &self.snd,
+                "iperf3",
+                "-c",
+                &self.rcv_ip,
+                "-p",
+                &port.to_string(),
+                "-t",
+                &secs.to_string(),
+                "-J",
+            ])
             .args(extra)
             .output()
             .expect("run iperf3 client");
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("iperf3 JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)))
     }
 }
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# test.sh: the whole test suite: installs what it needs, builds, runs unit, root/BPF and lab tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "dependencies"
+bash scripts/install-deps.sh
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+
+step "format"
+cargo fmt --all -- --check
+
+step "build"
+cargo build --workspace --all-targets --locked 2>&1 | tail -3
+
+step "tests (unit, integration as root, lab)"
+# Root tests share namespaces, qdiscs and MIB counters: one at a time keeps the counters honest.
+cargo test --workspace --locked -- --test-threads=1
+
+for extra in scripts/ci-*.sh; do
+  [ -e "$extra" ] || continue
+  step "$extra"
+  bash "$extra"
+done
