@@ -74,16 +74,26 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	struct tv_config *cfg = tv_config();
 	if (!cfg)
 		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp)
-		return 0;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		tv_count(TV_ST_STORAGE_FAIL);
 		return 0;
 	}
+	/* Fast path for the common case: an unselected connection between bulk samples. */
+	__u64 now = 0;
+	if (!st->selected && !st->pending && st->filter_gen == cfg->filter_gen && !cfg->ca_from_probe) {
+		if (!cfg->bulk_interval_ns)
+			return 0;
+		now = bpf_ktime_get_ns();
+		if (now - st->last_sample_ns < cfg->bulk_interval_ns)
+			return 0;
+	}
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
 	__u64 cookie = bpf_get_socket_cookie(sk);
-	__u64 now = bpf_ktime_get_ns();
+	if (!now)
+		now = bpf_ktime_get_ns();
 
 	if (cfg->ca_from_probe) {
 		/* Before 5.19 there is no tcp_cong_state_set tracepoint. */
