@@ -22,6 +22,8 @@ enum Cmd {
     Check(cmd::check::Args),
     /// Write per-ACK samples and events of selected connections to a file.
     Record(cmd::record::Args),
+    /// The daemon: diagnoses, Prometheus metrics, JSON events, flight recorder.
+    Run(cmd::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Check(a) => cmd::check::run(a),
         Cmd::Record(a) => cmd::record::run(a),
+        Cmd::Run(a) => cmd::run::run(a),
     };
     match r {
         Ok(code) => code,
