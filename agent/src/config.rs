@@ -70,6 +70,7 @@ impl BpfConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub bpf: BpfConfig,
+    pub detect: crate::detect::DetectConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +102,8 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        self.bpf.validate()
+        self.bpf.validate()?;
+        self.detect.validate()
     }
 }
 

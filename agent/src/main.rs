@@ -24,6 +24,8 @@ enum Cmd {
     Record(cmd::record::Args),
     /// The daemon: diagnoses, Prometheus metrics, JSON events, flight recorder.
     Run(cmd::run::Args),
+    /// Replay a recording through the detectors and print the diagnoses.
+    Analyze(cmd::analyze::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => cmd::check::run(a),
         Cmd::Record(a) => cmd::record::run(a),
         Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Analyze(a) => cmd::analyze::run(a),
     };
     match r {
         Ok(code) => code,

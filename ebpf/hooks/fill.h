@@ -118,6 +118,8 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 		s->total_rto = 0;
 		s->total_rto_time_ms = 0;
 	}
+	s->last_ack_age_us = tv_jiffies_to_us((__u32)bpf_jiffies64() - tp->rcv_tstamp);
+	s->_pad1 = 0;
 	s->bytes_acked = tp->bytes_acked;
 	s->bytes_received = tp->bytes_received;
 	s->bytes_sent = tp->bytes_sent;

@@ -3,7 +3,7 @@
 #define TCPVIGIL_ABI_H
 
 /* Bumped whenever a struct below changes shape; userspace refuses a mismatch. */
-enum tv_abi { TV_ABI_VERSION = 1 };
+enum tv_abi { TV_ABI_VERSION = 2 };
 #define TV_MAX_SACK 4
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
@@ -213,6 +213,8 @@ struct tv_snap {
 	__u32 lost_rtx;    /* agent's per-socket counts */
 	__u32 rtos;
 	__u32 retrans_segs;
+	__u32 last_ack_age_us; /* since the last ACK was received (tp->rcv_tstamp) */
+	__u32 _pad1;
 	__u64 bytes_acked;
 	__u64 bytes_received;
 	__u64 bytes_sent;

@@ -229,6 +229,7 @@ fn snap(s: &tv_snap) -> Snap {
         lost_rtx: s.lost_rtx,
         rtos: s.rtos,
         retrans_segs: s.retrans_segs,
+        last_ack_age_us: s.last_ack_age_us,
         bytes_acked: s.bytes_acked,
         bytes_received: s.bytes_received,
         bytes_sent: s.bytes_sent,

@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod analyze;
 pub mod check;
 pub mod common;
 pub mod notify;

@@ -1,1 +1,106 @@
-//! detect (being built).
+//! Detectors: pure functions of events and time (no IO, clock or BPF) that produce findings.
+pub mod fairness;
+pub mod limits;
+pub mod stop;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ConnTable, Event, Finding};
+
+/// `[detect]` section of the configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectConfig {
+    pub stop: stop::StopConfig,
+    pub fairness: fairness::FairnessConfig,
+    pub limits: limits::LimitsConfig,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            stop: stop::StopConfig::default(),
+            fairness: fairness::FairnessConfig::default(),
+            limits: limits::LimitsConfig::default(),
+        }
+    }
+}
+
+impl DetectConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        self.stop.validate()?;
+        self.fairness.validate()?;
+        self.limits.validate()
+    }
+}
+
+/// All detectors behind one interface: feed events and ticks, collect findings.
+pub struct Detectors {
+    stop: stop::StopDetector,
+    fairness: fairness::FairnessDetector,
+    limits: limits::LimitsDetector,
+}
+
+impl Detectors {
+    pub fn new(cfg: &DetectConfig) -> Self {
+        Detectors {
+            stop: stop::StopDetector::new(cfg.stop.clone()),
+            fairness: fairness::FairnessDetector::new(cfg.fairness.clone()),
+            limits: limits::LimitsDetector::new(cfg.limits.clone()),
+        }
+    }
+
+    /// One event (already folded into `table`).
+    pub fn observe(&mut self, ev: &Event, table: &ConnTable, out: &mut Vec<Finding>) {
+        self.stop.observe(ev, out);
+        self.fairness.observe(ev, table);
+        self.limits.observe(ev, out);
+    }
+
+    /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
+    pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
+        self.stop.tick(now_ns, out);
+        self.fairness.tick(now_ns, table, out);
+    }
+}
+
+/// Replay a recording: fold events in time order, ticking every 50 ms of event time.
+pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.ts_ns);
+    let exact = sorted.iter().any(|e| matches!(e.body, crate::model::Body::LostRetrans(_)));
+    let mut table = ConnTable::new(exact);
+    let mut d = Detectors::new(cfg);
+    let mut out = Vec::new();
+    let step = 50_000_000;
+    let mut next_tick = sorted.first().map(|e| e.ts_ns + step).unwrap_or(0);
+    for ev in &sorted {
+        while next_tick <= ev.ts_ns {
+            d.tick(next_tick, &table, &mut out);
+            next_tick += step;
+        }
+        table.apply(ev);
+        d.observe(ev, &table, &mut out);
+    }
+    // Let findings in progress at the end be reported as such (a few ticks past the last event).
+    for _ in 0..4 {
+        d.tick(next_tick, &table, &mut out);
+        next_tick += step;
+    }
+    out
+}
+
+/// Latest finding per (kind, connection/group, start): ended reports replace ongoing ones.
+pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
+    let mut v: Vec<Finding> = Vec::new();
+    let same = |a: &Finding, b: &Finding| {
+        a.kind == b.kind && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie) && a.group == b.group && a.start_ns == b.start_ns
+    };
+    for f in all {
+        match v.iter().position(|x| same(x, f)) {
+            Some(i) => v[i] = f.clone(),
+            None => v.push(f.clone()),
+        }
+    }
+    v
+}

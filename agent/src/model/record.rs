@@ -200,6 +200,9 @@ pub struct Snap {
     pub lost_rtx: u32,
     pub rtos: u32,
     pub retrans_segs: u32,
+    /// Microseconds since the last ACK arrived (kernel jiffies granularity).
+    #[serde(default)]
+    pub last_ack_age_us: u32,
     pub bytes_acked: u64,
     pub bytes_received: u64,
     pub bytes_sent: u64,

@@ -1,0 +1,328 @@
+//! Unfair parallel streams: group the streams of one transfer, compare their goodput, flag persistence.
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::model::{Body, ConnEntry, ConnId, ConnTable, Event, Finding, FindingKind};
+
+/// What two streams must share to belong to one transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupField {
+    Pid,
+    Comm,
+    Cgroup,
+    RemoteIp,
+    RemotePort,
+    LocalPort,
+    Netns,
+}
+
+/// A rule that, for matching connections, replaces the default key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupRule {
+    /// Remote address prefix, e.g. "10.20.0.0/16".
+    pub remote_cidr: Option<String>,
+    /// Inclusive remote port range, e.g. [5201, 5210].
+    pub remote_ports: Option<(u16, u16)>,
+    pub comm: Option<String>,
+    pub key: Vec<GroupField>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairnessConfig {
+    /// Default group key: same process and same remote host.
+    pub key: Vec<GroupField>,
+    pub rules: Vec<GroupRule>,
+    /// Goodput is compared over this window (seconds).
+    pub window_s: f64,
+    /// Unfair when Jain's index is below this ...
+    pub jain_below: f64,
+    /// ... or slowest/fastest below this,
+    pub ratio_below: f64,
+    /// ... for at least this long (seconds).
+    pub persist_s: f64,
+    /// Streams count once they have this many bytes acked.
+    pub min_bytes: u64,
+}
+
+impl Default for FairnessConfig {
+    fn default() -> Self {
+        FairnessConfig {
+            key: vec![GroupField::Pid, GroupField::RemoteIp],
+            rules: vec![],
+            window_s: 2.0,
+            jain_below: 0.9,
+            ratio_below: 0.5,
+            persist_s: 4.0,
+            min_bytes: 1 << 20,
+        }
+    }
+}
+
+impl FairnessConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.1..=600.0).contains(&self.window_s) || !(0.0..=1.0).contains(&self.jain_below) || !(0.0..=1.0).contains(&self.ratio_below) {
+            return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1".into());
+        }
+        for r in &self.rules {
+            if let Some(c) = &r.remote_cidr {
+                parse_cidr(c).ok_or_else(|| format!("detect.fairness.rules: bad remote_cidr {c:?}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
+    let (a, l) = s.split_once('/')?;
+    let a: IpAddr = a.parse().ok()?;
+    let l: u8 = l.parse().ok()?;
+    (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
+}
+
+fn in_cidr(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
+    match (ip.to_canonical(), net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => len == 0 || (u32::from(a) ^ u32::from(n)) >> (32 - len as u32) == 0,
+        (IpAddr::V6(a), IpAddr::V6(n)) => len == 0 || (u128::from(a) ^ u128::from(n)) >> (128 - len as u32) == 0,
+        _ => false,
+    }
+}
+
+/// The group a connection belongs to.
+pub fn group_key(cfg: &FairnessConfig, e: &ConnEntry) -> String {
+    let t = e.id.tuple;
+    let owner = e.owner.clone().unwrap_or_default();
+    let key = cfg
+        .rules
+        .iter()
+        .find(|r| {
+            r.remote_cidr.as_deref().and_then(parse_cidr).is_none_or(|c| in_cidr(t.remote.ip(), c))
+                && r.remote_ports.is_none_or(|(a, b)| (a..=b).contains(&t.remote.port()))
+                && r.comm.as_ref().is_none_or(|c| *c == owner.comm)
+        })
+        .map(|r| &r.key)
+        .unwrap_or(&cfg.key);
+    key.iter()
+        .map(|f| match f {
+            GroupField::Pid => format!("pid={}", owner.pid),
+            GroupField::Comm => format!("comm={}", owner.comm),
+            GroupField::Cgroup => format!("cgroup={}", owner.cgroup_id),
+            GroupField::RemoteIp => format!("remote={}", t.remote.ip().to_canonical()),
+            GroupField::RemotePort => format!("rport={}", t.remote.port()),
+            GroupField::LocalPort => format!("lport={}", t.local.port()),
+            GroupField::Netns => format!("netns={}", e.id.netns),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Jain's fairness index of non-negative rates.
+pub fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let q: f64 = x.iter().map(|v| v * v).sum();
+    if q == 0.0 {
+        1.0
+    } else {
+        s * s / (x.len() as f64 * q)
+    }
+}
+
+#[derive(Default)]
+struct GroupState {
+    unfair_since: Option<u64>,
+    fair_since: Option<u64>,
+    reported: Option<u64>,
+    /// First time each stream fell below half the group mean.
+    behind_since: HashMap<u64, u64>,
+}
+
+pub struct FairnessDetector {
+    cfg: FairnessConfig,
+    hist: HashMap<u64, VecDeque<(u64, u64)>>,
+    groups: HashMap<String, GroupState>,
+    last_eval: u64,
+}
+
+impl FairnessDetector {
+    pub fn new(cfg: FairnessConfig) -> Self {
+        FairnessDetector { cfg, hist: HashMap::new(), groups: HashMap::new(), last_eval: 0 }
+    }
+
+    pub fn observe(&mut self, ev: &Event, _table: &ConnTable) {
+        let acked = match &ev.body {
+            Body::Sample(s) => s.bytes_acked,
+            Body::Snapshot(s) => s.bytes_acked,
+            Body::Close(_) => {
+                self.hist.remove(&ev.conn.cookie);
+                return;
+            }
+            _ => return,
+        };
+        let h = self.hist.entry(ev.conn.cookie).or_default();
+        if h.back().is_some_and(|&(t, _)| t >= ev.ts_ns) {
+            return;
+        }
+        h.push_back((ev.ts_ns, acked));
+        let keep = (self.cfg.window_s * 2e9) as u64 + 1_000_000_000;
+        while h.front().is_some_and(|&(t, _)| t + keep < ev.ts_ns) {
+            h.pop_front();
+        }
+    }
+
+    /// Goodput over the window ending at `now` (bytes/s), if the stream spans it.
+    fn goodput(&self, cookie: u64, now: u64) -> Option<f64> {
+        let h = self.hist.get(&cookie)?;
+        let w = (self.cfg.window_s * 1e9) as u64;
+        let &(t1, a1) = h.back()?;
+        if now.saturating_sub(t1) > w {
+            return Some(0.0);
+        }
+        let &(t0, a0) = h.iter().rev().find(|&&(t, _)| t + w <= now)?;
+        (now > t0).then(|| (a1 - a0.min(a1)) as f64 / ((now - t0) as f64 / 1e9))
+    }
+
+    pub fn tick(&mut self, now: u64, table: &ConnTable, out: &mut Vec<Finding>) {
+        if now < self.last_eval + 500_000_000 {
+            return;
+        }
+        self.last_eval = now;
+        let mut groups: BTreeMap<String, Vec<(ConnId, f64)>> = BTreeMap::new();
+        for e in table.iter().filter(|e| !e.closed) {
+            let acked = e.last_sample.as_ref().map(|s| s.bytes_acked).or(e.snap.as_ref().map(|s| s.bytes_acked)).unwrap_or(0);
+            if acked < self.cfg.min_bytes {
+                continue;
+            }
+            if let Some(g) = self.goodput(e.id.cookie, now) {
+                groups.entry(group_key(&self.cfg, e)).or_default().push((e.id, g));
+            }
+        }
+        let persist = (self.cfg.persist_s * 1e9) as u64;
+        for (key, streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+            let rates: Vec<f64> = streams.iter().map(|s| s.1).collect();
+            let (min, max, sum) = (
+                rates.iter().cloned().fold(f64::MAX, f64::min),
+                rates.iter().cloned().fold(0.0, f64::max),
+                rates.iter().sum::<f64>(),
+            );
+            if sum <= 0.0 {
+                continue;
+            }
+            let j = jain(&rates);
+            let ratio = if max > 0.0 { min / max } else { 1.0 };
+            let eff = streams.len() as f64 * min / sum;
+            let mean = sum / rates.len() as f64;
+            let st = self.groups.entry(key.clone()).or_default();
+            for (id, g) in &streams {
+                if *g < 0.5 * mean {
+                    st.behind_since.entry(id.cookie).or_insert(now);
+                } else {
+                    st.behind_since.remove(&id.cookie);
+                }
+            }
+            let unfair = j < self.cfg.jain_below || ratio < self.cfg.ratio_below;
+            let evidence = |st: &GroupState| {
+                let first = st.behind_since.iter().min_by_key(|(_, t)| **t).map(|(c, t)| (*c, *t));
+                json!({
+                    "jain_index": j,
+                    "min_max_ratio": ratio,
+                    "even_split_efficiency": eff,
+                    "window_s": self.cfg.window_s,
+                    "streams": streams.iter().map(|(id, g)| json!({
+                        "conn": id.tuple.to_string(), "cookie": id.cookie,
+                        "goodput_bps": g * 8.0, "share": g / sum,
+                    })).collect::<Vec<_>>(),
+                    "fell_behind_first": first.map(|(c, t)| json!({"cookie": c, "since_ns": t})),
+                    "remedy": format!("start the {} streams RTT/{} apart (paper 001 held every stream at an equal share that way), or pace each stream to 1/{} of the path (fq maxrate)", streams.len(), streams.len(), streams.len()),
+                })
+            };
+            let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
+            if unfair {
+                st.fair_since = None;
+                let since = *st.unfair_since.get_or_insert(now);
+                if st.reported.is_none() && now - since >= persist {
+                    st.reported = Some(since);
+                    out.push(Finding { ts_ns: now, kind: FindingKind::Unfair, conn: slowest, group: Some(key.clone()), start_ns: since, duration_s: None, ongoing: true, cause: "unfair_streams".into(), evidence: evidence(st) });
+                }
+            } else {
+                st.unfair_since = None;
+                let since = *st.fair_since.get_or_insert(now);
+                if let Some(start) = st.reported {
+                    if now - since >= persist {
+                        st.reported = None;
+                        out.push(Finding { ts_ns: now, kind: FindingKind::Unfair, conn: slowest, group: Some(key.clone()), start_ns: start, duration_s: Some((since - start) as f64 / 1e9), ongoing: false, cause: "unfair_streams".into(), evidence: evidence(st) });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Owner, Tuple};
+
+    fn conn(i: u64) -> ConnId {
+        ConnId { cookie: i, netns: 1, tuple: Tuple { local: format!("10.0.0.1:{}", 4000 + i).parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() } }
+    }
+
+    fn run(rates: &[u64], secs: u64) -> Vec<Finding> {
+        let mut table = ConnTable::new(false);
+        let mut d = FairnessDetector::new(FairnessConfig::default());
+        let mut out = vec![];
+        for (i, _) in rates.iter().enumerate() {
+            table.apply(&Event { ts_ns: 1, conn: conn(i as u64), body: Body::Owner(Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }) });
+        }
+        let mut t = 0;
+        while t < secs * 1_000_000_000 {
+            t += 50_000_000;
+            for (i, r) in rates.iter().enumerate() {
+                let mut s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
+                s.srtt_us = 20_000;
+                let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
+                table.apply(&ev);
+                d.observe(&ev, &table);
+            }
+            d.tick(t, &table, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn one_stream_at_a_tenth_is_flagged_and_named() {
+        let out = run(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], 10);
+        let f = out.first().expect("flagged");
+        assert_eq!(f.cause, "unfair_streams");
+        assert_eq!(f.conn.map(|c| c.cookie), Some(2));
+        assert_eq!(f.evidence["fell_behind_first"]["cookie"], 2);
+        let eff = f.evidence["even_split_efficiency"].as_f64().unwrap();
+        assert!((eff - 4.0 / 31.0).abs() < 0.02, "{eff}");
+    }
+
+    #[test]
+    fn equal_streams_are_not_flagged() {
+        assert!(run(&[10_000_000; 4], 10).is_empty());
+    }
+
+    #[test]
+    fn jain_index_is_one_for_equal_and_one_over_n_for_a_single_stream() {
+        assert!((jain(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-9);
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rules_choose_the_group_key() {
+        let mut cfg = FairnessConfig::default();
+        cfg.rules.push(GroupRule { remote_cidr: Some("10.0.0.0/24".into()), remote_ports: Some((5200, 5210)), comm: None, key: vec![GroupField::RemoteIp] });
+        let mut t = ConnTable::new(false);
+        t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Owner(Owner { pid: 7, ..Default::default() }) });
+        let e = t.get(1).unwrap();
+        assert_eq!(group_key(&cfg, e), "remote=10.0.0.2");
+        assert_eq!(group_key(&FairnessConfig::default(), e), "pid=7,remote=10.0.0.2");
+    }
+}

@@ -1,0 +1,192 @@
+//! What holds a connection back: receive window, send buffer (chrono stats), missing options, small MSS.
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::model::{Body, Event, Finding, FindingKind, Snap};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// A connection is bulk once this many bytes were acknowledged.
+    pub bulk_bytes: u64,
+    /// Judge buffer limits after this much busy time (seconds).
+    pub min_busy_s: f64,
+    /// Flag when this fraction of busy time was rwnd- or sndbuf-limited.
+    pub limited_fraction: f64,
+    /// An MSS below this many bytes is small (paper 004).
+    pub small_mss: u32,
+    /// Suggested buffer = this factor x BDP (paper 002 needed about 2.5).
+    pub bdp_factor: f64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { bulk_bytes: 4 << 20, min_busy_s: 2.0, limited_fraction: 0.3, small_mss: 1000, bdp_factor: 2.5 }
+    }
+}
+
+impl LimitsConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.limited_fraction) || self.bdp_factor <= 0.0 || self.min_busy_s < 0.0 {
+            return Err("detect.limits: limited_fraction from 0 to 1, bdp_factor > 0, min_busy_s >= 0".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Conn {
+    first: Option<(u64, Snap)>,
+    max_rate_bps: f64,
+    min_rtt_us: u32,
+    reported: HashSet<&'static str>,
+}
+
+pub struct LimitsDetector {
+    cfg: LimitsConfig,
+    conns: HashMap<u64, Conn>,
+}
+
+fn round_up_mib(bytes: f64) -> u64 {
+    let mib = (bytes / (1u64 << 20) as f64).ceil().max(1.0) as u64;
+    mib << 20
+}
+
+impl LimitsDetector {
+    pub fn new(cfg: LimitsConfig) -> Self {
+        LimitsDetector { cfg, conns: HashMap::new() }
+    }
+
+    pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let s = match &ev.body {
+            Body::Snapshot(s) => s,
+            Body::Close(_) => {
+                self.conns.remove(&ev.conn.cookie);
+                return;
+            }
+            _ => return,
+        };
+        let cfg = &self.cfg;
+        let c = self.conns.entry(ev.conn.cookie).or_default();
+        c.max_rate_bps = c.max_rate_bps.max(s.delivery_rate_bps());
+        if s.min_rtt_us > 0 {
+            c.min_rtt_us = if c.min_rtt_us == 0 { s.min_rtt_us } else { c.min_rtt_us.min(s.min_rtt_us) };
+        }
+        let (t0, s0) = match &c.first {
+            Some(f) => f.clone(),
+            None => {
+                c.first = Some((ev.ts_ns, s.clone()));
+                return;
+            }
+        };
+        if s.bytes_acked < cfg.bulk_bytes {
+            return;
+        }
+        let secs = (ev.ts_ns - t0) as f64 / 1e9;
+        let goodput = if secs > 0.0 { (s.bytes_acked - s0.bytes_acked.min(s.bytes_acked)) as f64 / secs } else { 0.0 };
+        let bdp = c.max_rate_bps * c.min_rtt_us as f64 / 1e6;
+        let busy = s.busy_us.saturating_sub(s0.busy_us) as f64 / 1e6;
+        let rwnd = s.rwnd_limited_us.saturating_sub(s0.rwnd_limited_us) as f64 / 1e6;
+        let sndbuf = s.sndbuf_limited_us.saturating_sub(s0.sndbuf_limited_us) as f64 / 1e6;
+        let efficiency = if c.max_rate_bps > 0.0 { goodput / c.max_rate_bps } else { 0.0 };
+        let suggest = round_up_mib(cfg.bdp_factor * bdp);
+        let base = json!({
+            "goodput_bps": goodput * 8.0,
+            "bottleneck_estimate_bps": c.max_rate_bps * 8.0,
+            "efficiency": efficiency,
+            "bdp_bytes": bdp as u64,
+            "min_rtt_ms": c.min_rtt_us as f64 / 1e3,
+            "cwnd": s.cwnd,
+            "mss": s.mss,
+            "sndbuf": s.sndbuf,
+            "rcvbuf": s.rcvbuf,
+            "busy_s": busy,
+        });
+        let mut found: Vec<(&'static str, serde_json::Value)> = Vec::new();
+        if busy >= cfg.min_busy_s && rwnd / busy >= cfg.limited_fraction {
+            found.push(("rwnd_limited", json!({
+                "limited_fraction": rwnd / busy,
+                "advice": format!("the receiver's window holds the sender back: raise net.ipv4.tcp_rmem max on the receiver to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
+                "sysctl": "net.ipv4.tcp_rmem", "side": "receiver", "value": suggest,
+            })));
+        }
+        if busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
+            found.push(("sndbuf_limited", json!({
+                "limited_fraction": sndbuf / busy,
+                "advice": format!("the send buffer runs dry: raise net.ipv4.tcp_wmem max on this host to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
+                "sysctl": "net.ipv4.tcp_wmem", "side": "sender", "value": suggest,
+            })));
+        }
+        if !s.options.sack {
+            found.push(("no_sack", json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
+        }
+        if !s.options.wscale {
+            found.push(("no_wscale", json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
+        }
+        if s.mss > 0 && s.mss < cfg.small_mss {
+            found.push(("small_mss", json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
+        }
+        for (cause, extra) in found {
+            if !c.reported.insert(cause) {
+                continue;
+            }
+            let mut evidence = base.clone();
+            if let (Some(e), Some(x)) = (evidence.as_object_mut(), extra.as_object()) {
+                e.extend(x.clone());
+            }
+            out.push(Finding { ts_ns: ev.ts_ns, kind: FindingKind::Limit, conn: Some(ev.conn), group: None, start_ns: t0, duration_s: None, ongoing: true, cause: cause.into(), evidence });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::record::Options;
+    use crate::model::{ConnId, Tuple};
+
+    fn snap(acked: u64, busy: u64, rwnd: u64, sack: bool) -> Snap {
+        Snap {
+            bytes_acked: acked,
+            busy_us: busy,
+            rwnd_limited_us: rwnd,
+            options: Options { sack, wscale: true, timestamps: true, ..Default::default() },
+            mss: 1448,
+            min_rtt_us: 100_000,
+            rate_delivered: 1727,
+            rate_interval_us: 100_000,
+            cwnd: 200,
+            ..Default::default()
+        }
+    }
+
+    fn run(snaps: Vec<Snap>) -> Vec<Finding> {
+        let id = ConnId { cookie: 3, netns: 1, tuple: Tuple { local: "10.0.0.1:1".parse().unwrap(), remote: "10.0.0.2:2".parse().unwrap() } };
+        let mut d = LimitsDetector::new(LimitsConfig::default());
+        let mut out = vec![];
+        for (i, s) in snaps.into_iter().enumerate() {
+            d.observe(&Event { ts_ns: (i as u64 + 1) * 1_000_000_000, conn: id, body: Body::Snapshot(s) }, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn rwnd_limited_time_is_flagged_with_the_receiver_sysctl_and_a_value() {
+        let out = run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, i * 800_000, true)).collect());
+        assert_eq!(out.len(), 1, "{out:?}");
+        let f = &out[0];
+        assert_eq!(f.cause, "rwnd_limited");
+        assert_eq!(f.evidence["sysctl"], "net.ipv4.tcp_rmem");
+        // 1727 x 1448 B per 100 ms = 25.0 MB/s; x 100 ms = 2.50 MB BDP; x 2.5 = 6.25 MB = 5.96 MiB -> 6 MiB.
+        assert_eq!(f.evidence["value"], 6u64 << 20);
+    }
+
+    #[test]
+    fn a_bulk_connection_without_sack_is_flagged_once_and_a_healthy_one_not_at_all() {
+        let out = run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, 0, false)).collect());
+        assert_eq!(out.iter().map(|f| f.cause.as_str()).collect::<Vec<_>>(), vec!["no_sack"]);
+        assert!(run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, 0, true)).collect()).is_empty());
+    }
+}
