@@ -1,0 +1,467 @@
+//! Tests of the metric set as a scrape sees it: format, series cap, churn, and the HTTP server.
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use super::config::{ExportConfig, TransferRule};
+use super::health::{Health, KernelCounters, ProgStats};
+use super::metrics::{fixed_series, min_series_cap, Metrics};
+use crate::model::{Body, ConnId, ConnTable, Event, Finding, FindingKind, Owner, Retrans, Rto, Snap, Tuple};
+
+pub(crate) fn scrape(r: &Registry) -> String {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, r).unwrap();
+    s
+}
+
+/// Sample lines (series) in a scrape.
+pub(crate) fn series(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect()
+}
+
+/// A strict-enough OpenMetrics check: every family has TYPE and HELP, every sample belongs to
+/// the family declared before it with a suffix its type allows, label sets are well formed,
+/// values parse, names are `tcpvigil_`, counters end in `_total`, and `# EOF` closes the text.
+pub(crate) fn check_openmetrics(text: &str) -> Result<(), String> {
+    let mut lines: Vec<&str> = text.lines().collect();
+    if lines.pop() != Some("# EOF") {
+        return Err("no # EOF at the end".into());
+    }
+    let (mut family, mut kind) = (String::new(), String::new());
+    let mut seen = BTreeSet::new();
+    for l in lines {
+        let meta = ["# TYPE ", "# HELP ", "# UNIT "].iter().find_map(|p| l.strip_prefix(p).map(|r| (*p, r)));
+        if let Some((what, rest)) = meta {
+            let (n, arg) = rest.split_once(' ').ok_or(format!("bad metadata line: {l}"))?;
+            if n != family {
+                if !seen.insert(n.to_string()) {
+                    return Err(format!("family {n} declared twice"));
+                }
+                if !n.starts_with("tcpvigil_") {
+                    return Err(format!("{n} lacks the tcpvigil_ prefix"));
+                }
+                (family, kind) = (n.to_string(), String::new());
+            }
+            if what == "# TYPE " {
+                kind = arg.to_string();
+            }
+            continue;
+        }
+        if l.starts_with('#') {
+            return Err(format!("unexpected comment: {l}"));
+        }
+        let (name_labels, value) = l.rsplit_once(' ').ok_or(format!("no value: {l}"))?;
+        value.parse::<f64>().map_err(|_| format!("bad value: {l}"))?;
+        let name = match name_labels.split_once('{') {
+            Some((n, labels)) => {
+                let labels = labels.strip_suffix('}').ok_or(format!("unclosed labels: {l}"))?;
+                check_labels(labels).map_err(|e| format!("{e}: {l}"))?;
+                n
+            }
+            None => name_labels,
+        };
+        if kind.is_empty() {
+            return Err(format!("family {family} has no TYPE"));
+        }
+        let suffix = name.strip_prefix(family.as_str()).ok_or(format!("{name} outside its family {family}"))?;
+        let allowed: &[&str] = match kind.as_str() {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "gauge" | "info" | "unknown" => &[""],
+            k => return Err(format!("unexpected type {k}")),
+        };
+        if !allowed.contains(&suffix) {
+            return Err(format!("{name} in {kind} family {family}"));
+        }
+    }
+    Ok(())
+}
+
+fn check_labels(s: &str) -> Result<(), String> {
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (k, v) = rest.split_once("=\"").ok_or("label without =\"")?;
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("bad label name {k:?}"));
+        }
+        let mut end = None;
+        let mut esc = false;
+        for (i, c) in v.char_indices() {
+            match (esc, c) {
+                (true, _) => esc = false,
+                (false, '\\') => esc = true,
+                (false, '"') => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or("unterminated label value")?;
+        rest = v[end + 1..].strip_prefix(',').unwrap_or(&v[end + 1..]);
+    }
+    Ok(())
+}
+
+fn conn(i: u32) -> ConnId {
+    // 1,000 peers, 10 connections each.
+    let peer = i % 1000;
+    let local: SocketAddr = format!("10.0.0.1:{}", 20000 + i).parse().unwrap();
+    let remote: SocketAddr = format!("10.{}.{}.1:5201", 1 + peer / 250, peer % 250).parse().unwrap();
+    ConnId { cookie: 1000 + i as u64, netns: 4026531840, tuple: Tuple { local, remote } }
+}
+
+fn snap(bytes: u64) -> Snap {
+    Snap {
+        cwnd: 100,
+        packets_out: 80,
+        sacked_out: 5,
+        srtt_us: 10_000,
+        mss: 1448,
+        rate_delivered: 100,
+        rate_interval_us: 10_000,
+        bytes_acked: bytes,
+        owner: Owner { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
+        ..Snap::default()
+    }
+}
+
+fn ev(ts_ns: u64, c: ConnId, body: Body) -> Event {
+    Event { ts_ns, conn: c, body }
+}
+
+/// Two snapshots per connection, one second apart; connection i moves i MB/s.
+fn feed(m: &mut Metrics, t: &mut ConnTable, n: u32) {
+    for round in 0..2u64 {
+        for i in 0..n {
+            let e = ev(1_000_000_000 * (round + 1), conn(i), Body::Snapshot(snap((2 << 20) + round * i as u64 * 1_000_000)));
+            t.apply(&e);
+            m.on_event(&e);
+        }
+        m.refresh(t, &Health::default());
+    }
+}
+
+fn health() -> Health {
+    Health {
+        variants: vec![("sack_state".into(), "tp_btf/tcp_probe".into()), ("rto".into(), "sockops".into())],
+        programs: vec![ProgStats { name: "tcp_probe".into(), run_time_ns: 2_000_000_000, run_cnt: 10 }],
+        kernel: KernelCounters { ring_full: 3, samples: 100, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_idle_scrape_has_exactly_the_fixed_series_and_is_valid_openmetrics() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.refresh(&ConnTable::new(false), &Health::default());
+    let text = scrape(&r);
+    check_openmetrics(&text).unwrap();
+    assert_eq!(series(&text).len(), fixed_series() + super::health::FIXED_SERIES, "{text}");
+}
+
+#[test]
+fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
+    let cfg = ExportConfig {
+        transfers: vec![TransferRule { name: "bulk-a".into(), filter: ":5201".into() }],
+        ..ExportConfig::default()
+    };
+    let (mut m, r) = Metrics::new_registered(&cfg);
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 20);
+    let rtx = Retrans {
+        seq: 1, end_seq: 2, segs: 3, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
+        cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+    };
+    m.on_event(&ev(3, conn(1), Body::Retrans(rtx)));
+    m.on_event(&ev(3, conn(1), Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 })));
+    m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
+    m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
+    m.on_finding(&Finding {
+        group: Some("iperf3->10.1.0.1".into()),
+        evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    m.refresh(&t, &health());
+    let text = scrape(&r);
+    check_openmetrics(&text).unwrap();
+    for want in [
+        "tcpvigil_stops_total{cause=\"rto\"} 1",
+        "tcpvigil_stops_in_progress{cause=\"rto\"} 1",
+        "tcpvigil_retransmitted_segments_total 3",
+        "tcpvigil_lost_retransmissions_total 3",
+        "tcpvigil_retransmission_timeouts_total 1",
+        "tcpvigil_limited_connections{reason=\"rwnd_limited\"} 1",
+        "tcpvigil_unfair_groups 1",
+        "tcpvigil_group_fairness_index{group=\"iperf3->10.1.0.1\"} 0.61",
+        "tcpvigil_group_even_split_efficiency_ratio{group=\"iperf3->10.1.0.1\"} 0.45",
+        "tcpvigil_group_min_max_ratio{group=\"iperf3->10.1.0.1\"} 0.2",
+        "tcpvigil_dropped_records_total{stage=\"ring_buffer\"} 3",
+        "tcpvigil_hook_variant_info{need=\"sack_state\",variant=\"tp_btf/tcp_probe\"} 1",
+        "tcpvigil_bpf_prog_run_time_seconds_total{prog=\"tcp_probe\"} 2.0",
+        "tcpvigil_bpf_prog_runs_total{prog=\"tcp_probe\"} 10",
+        "tcpvigil_tracked_connections 20",
+        "tcpvigil_conn_goodput_bytes_per_second{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 19000000.0",
+        "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 0.01",
+        "tcpvigil_conn_in_flight_segments{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 75",
+        "tcpvigil_conn_stop_in_progress{conn=\"10.0.0.1:20001>10.1.1.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 1",
+        "tcpvigil_stop_duration_seconds_count{cause=\"rto\"} 0",
+    ] {
+        assert!(text.contains(want), "missing {want}\n{text}");
+    }
+}
+
+fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, duration_s: Option<f64>) -> Finding {
+    Finding {
+        ts_ns: 2_000_000_000,
+        kind,
+        conn: Some(conn(i)),
+        group: None,
+        start_ns: 1_500_000_000,
+        duration_s,
+        ongoing,
+        cause: cause.into(),
+        evidence: json!({}),
+    }
+}
+
+#[test]
+fn a_stop_is_counted_once_and_its_duration_observed_when_it_ends() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", true, None));
+    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", false, Some(4.2)));
+    m.on_finding(&finding(FindingKind::Stop, 2, "made_up_cause", false, Some(0.3)));
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stops_total{cause=\"cwnd_collapse\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{cause=\"unknown\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{cause=\"cwnd_collapse\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"5.0\",cause=\"cwnd_collapse\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"2.0\",cause=\"cwnd_collapse\"} 0\n"), "{text}");
+}
+
+#[test]
+fn series_cap_holds_with_10000_connections_to_1000_peers() {
+    for (top_k, cap) in [(50, 2000), (1000, 2000), (1000, min_series_cap())] {
+        let cfg = ExportConfig { top_k, series_cap: cap, ..ExportConfig::default() };
+        let (mut m, r) = Metrics::new_registered(&cfg);
+        let mut t = ConnTable::new(false);
+        feed(&mut m, &mut t, 10_000);
+        for i in 0..200 {
+            m.on_finding(&Finding { group: Some(format!("g{i}")), ..finding(FindingKind::Unfair, i, "unfair_streams", true, None) });
+        }
+        m.refresh(&t, &health());
+        let text = scrape(&r);
+        let n = series(&text).len();
+        eprintln!("top_k={top_k} series_cap={cap}: {n} series for 10000 connections");
+        assert!(n <= cap, "{n} series > cap {cap}");
+        let longest = series(&text).iter().filter_map(|l| l.split_once('{')).map(|(_, l)| l.len()).max().unwrap_or(0);
+        assert!(longest < 120, "a label set of {longest} characters");
+        assert!(text.contains("tcpvigil_overflow_connections "));
+        check_openmetrics(&text).unwrap();
+        // The fastest connections are the ones shown.
+        if top_k == 50 {
+            assert!(text.contains("conn=\"10.0.0.1:29999>10.4.249.1:5201\""), "fastest not shown");
+            assert!(!text.contains("conn=\"10.0.0.1:20000>10.1.0.1:5201\""), "slowest shown");
+        }
+    }
+}
+
+#[test]
+fn closed_connections_series_go_away_and_the_count_returns_to_baseline() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    m.refresh(&t, &health());
+    let baseline = series(&scrape(&r)).len();
+    feed(&mut m, &mut t, 100);
+    m.refresh(&t, &health());
+    let busy = scrape(&r);
+    assert!(series(&busy).len() > baseline);
+    assert!(busy.contains("10.0.0.1:20099>"));
+    for i in 0..100 {
+        let e = ev(3_000_000_000, conn(i), Body::Close(snap(1 << 30)));
+        t.apply(&e);
+        m.on_event(&e);
+    }
+    m.refresh(&t, &health());
+    let after = scrape(&r);
+    assert!(!after.contains("10.0.0.1:"), "closed connection still exported:\n{after}");
+    assert_eq!(series(&after).len(), baseline);
+    t.reap(u64::MAX);
+    m.refresh(&t, &health());
+    assert_eq!(series(&scrape(&r)).len(), baseline);
+}
+
+#[test]
+fn health_counters_stay_monotonic_when_kernel_totals_restart() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let t = ConnTable::new(false);
+    let mut h = health();
+    h.channel_dropped = 10;
+    m.refresh(&t, &h);
+    h.channel_dropped = 4; // programs reloaded, totals restart
+    m.refresh(&t, &h);
+    assert!(scrape(&r).contains("tcpvigil_dropped_records_total{stage=\"channel\"} 14\n"));
+    h.programs.clear();
+    m.refresh(&t, &h);
+    assert!(!scrape(&r).contains("prog=\"tcp_probe\""));
+}
+
+#[test]
+fn exact_variant_counts_only_lost_retrans_events() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.set_exact_lost_retrans(true);
+    let rtx = Retrans {
+        seq: 1, end_seq: 2, segs: 2, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
+        cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+    };
+    m.on_event(&ev(1, conn(0), Body::Retrans(rtx.clone())));
+    assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 0\n"));
+    m.on_event(&ev(1, conn(0), Body::LostRetrans(rtx)));
+    assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 2\n"));
+}
+
+/// With TCPVIGIL_SCRAPE_OUT=FILE, write a busy scrape there for `promtool check metrics`
+/// (scripts/ci-export.sh does).
+#[test]
+fn a_busy_scrape_can_be_written_for_promtool() {
+    let Some(path) = std::env::var_os("TCPVIGIL_SCRAPE_OUT") else { return };
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 2000);
+    m.on_finding(&finding(FindingKind::Stop, 3, "rto", false, Some(2.5)));
+    m.on_finding(&Finding {
+        group: Some("g".into()),
+        evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    m.refresh(&t, &health());
+    let text = scrape(&r);
+    std::fs::write(&path, crate::export::http::to_prometheus_text(&text)).unwrap();
+    let mut om = path.clone();
+    om.push(".openmetrics");
+    std::fs::write(om, text).unwrap();
+}
+
+#[test]
+fn the_default_cap_is_valid_config() {
+    assert!(ExportConfig::default().series_cap >= min_series_cap());
+}
+
+mod http {
+    use super::*;
+    use crate::export::http::HttpServer;
+    use crate::export::webconfig::WebConfig;
+    use base64::Engine;
+    use std::path::Path;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str, auth: Option<(&str, &str)>) -> (u16, String) {
+        get_with(addr, path, auth, "").await
+    }
+
+    async fn get_with(addr: SocketAddr, path: &str, auth: Option<(&str, &str)>, extra: &str) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let auth = auth
+            .map(|(u, p)| format!("Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))))
+            .unwrap_or_default();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}{extra}Connection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, out)
+    }
+
+    async fn start(web: Option<WebConfig>, ready: bool) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+        m.refresh(&ConnTable::new(false), &health());
+        let ready = Arc::new(AtomicBool::new(ready));
+        let srv = HttpServer::bind("127.0.0.1:0".parse().unwrap(), web, Arc::new(r), ready).await.unwrap();
+        let addr = srv.local_addr();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(srv.run(async {
+            let _ = rx.await;
+        }));
+        (addr, tx)
+    }
+
+    #[tokio::test]
+    async fn metrics_and_healthz_are_served_side_by_side() {
+        let (addr, stop) = start(None, true).await;
+        let accept = "Accept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n";
+        let (code, body) = get_with(addr, "/metrics", None, accept).await;
+        assert_eq!(code, 200);
+        assert!(body.contains("application/openmetrics-text; version=1.0.0"), "{body}");
+        assert!(body.contains("tcpvigil_build_info"));
+        assert!(body.trim_end().ends_with("# EOF"));
+        assert!(body.contains("# TYPE tcpvigil_stops counter\n"));
+        // Without asking for OpenMetrics: the classic text format.
+        let (code, body) = get(addr, "/metrics", None).await;
+        assert_eq!(code, 200);
+        assert!(body.contains("text/plain; version=0.0.4"), "{body}");
+        assert!(body.contains("# TYPE tcpvigil_stops_total counter\n"), "{body}");
+        assert!(!body.contains("# EOF"));
+        assert_eq!(get(addr, "/healthz", None).await.0, 200);
+        assert_eq!(get(addr, "/nope", None).await.0, 404);
+        stop.send(()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn healthz_is_503_until_ready() {
+        let (addr, stop) = start(None, false).await;
+        assert_eq!(get(addr, "/healthz", None).await.0, 503);
+        stop.send(()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn basic_auth_rejects_wrong_and_accepts_right_credentials() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let web = WebConfig::parse(&format!("basic_auth_users:\n  prom: '{hash}'\n"), Path::new("web.yml")).unwrap();
+        let (addr, stop) = start(Some(web), true).await;
+        let (code, body) = get(addr, "/metrics", None).await;
+        assert_eq!(code, 401);
+        assert!(body.contains("WWW-Authenticate") || body.contains("www-authenticate"), "{body}");
+        assert_eq!(get(addr, "/metrics", Some(("prom", "bad"))).await.0, 401);
+        assert_eq!(get(addr, "/metrics", Some(("mallory", "pw"))).await.0, 401);
+        let (code, body) = get(addr, "/metrics", Some(("prom", "pw"))).await;
+        assert_eq!(code, 200);
+        assert!(body.contains("tcpvigil_build_info"));
+        assert_eq!(get(addr, "/healthz", None).await.0, 200);
+        stop.send(()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn tls_from_web_config_serves_metrics() {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, ServerName};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/export/testdata");
+        let web = WebConfig::parse("tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n", &dir.join("web.yml")).unwrap();
+        let (addr, stop) = start(Some(web), true).await;
+
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(dir.join("cert.pem")).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("tcpvigil_build_info"));
+        // Plain HTTP to the TLS port gets nothing useful.
+        assert_ne!(get(addr, "/metrics", None).await.0, 200);
+        stop.send(()).unwrap();
+    }
+}
