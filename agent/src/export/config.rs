@@ -138,6 +138,33 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_default_config_is_exactly_the_defaults() {
+        #[derive(Deserialize)]
+        struct File {
+            export: ExportConfig,
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tcpvigil.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let f: File = toml::from_str(&text).unwrap();
+        f.export.validate().unwrap();
+        assert_eq!(f.export, ExportConfig::default());
+        assert!(text.contains(&format!("series_cap = {}", ExportConfig::default().series_cap)));
+        assert!(text.contains(&format!("At least {}.", super::super::metrics::min_series_cap())));
+        // The commented examples are valid too.
+        let uncommented: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("[export]"))
+            .take_while(|l| !l.starts_with("[detect]"))
+            .map(|l| l.strip_prefix("# ").filter(|r| r.starts_with("web_config") || r.starts_with("events") || r.starts_with("[[export") || r.starts_with("name =") || r.starts_with("filter =")).unwrap_or(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f: File = toml::from_str(&uncommented).unwrap();
+        f.export.validate().unwrap();
+        assert_eq!(f.export.transfers.len(), 1);
+        assert!(f.export.web_config.is_some() && f.export.events.is_some());
+    }
+
+    #[test]
     fn bad_values_are_rejected_with_the_key_named() {
         let bad = |f: &dyn Fn(&mut ExportConfig)| {
             let mut c = ExportConfig::default();

@@ -234,10 +234,8 @@ impl Metrics {
                     self.lost_retrans.inc_by(r.segs as u64);
                 }
             }
-            Body::LostRetrans(r) => {
-                if self.exact_lost_retrans {
-                    self.lost_retrans.inc_by(r.segs as u64);
-                }
+            Body::LostRetrans(r) if self.exact_lost_retrans => {
+                self.lost_retrans.inc_by(r.segs as u64);
             }
             Body::Rto(_) => {
                 self.rtos.inc();
