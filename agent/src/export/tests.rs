@@ -346,6 +346,48 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     std::fs::write(om, text).unwrap();
 }
 
+/// Every `tcpvigil_*` name the rules and dashboards use is a series a busy agent exports.
+#[test]
+fn rules_and_dashboards_use_only_exported_metric_names() {
+    let cfg = ExportConfig {
+        transfers: vec![TransferRule { name: "t".into(), filter: ":5201".into() }],
+        ..ExportConfig::default()
+    };
+    let (mut m, r) = Metrics::new_registered(&cfg);
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 10);
+    m.on_finding(&Finding {
+        group: Some("g".into()),
+        evidence: json!({"jain": 0.7}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    let mut h = health();
+    h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
+    m.refresh(&t, &h);
+    let text = crate::export::http::to_prometheus_text(&scrape(&r));
+    let exported: BTreeSet<&str> =
+        series(&text).iter().map(|l| l.split(['{', ' ']).next().unwrap_or("")).collect();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in ["deploy/prometheus/tcpvigil.rules.yml", "dashboards/tcpvigil-fleet.json", "dashboards/tcpvigil-drilldown.json"] {
+        let src = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+        let bytes = src.as_bytes();
+        let mut i = 0;
+        while let Some(off) = src[i..].find("tcpvigil_") {
+            let start = i + off;
+            let end = start + src[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(src.len() - start);
+            let name = &src[start..end];
+            // Recording-rule names (`level:metric:op`) are not exported names.
+            let in_rule_name = start > 0 && bytes[start - 1] == b':' || bytes.get(end) == Some(&b':');
+            if !in_rule_name {
+                let ok = exported.contains(name)
+                    || exported.iter().any(|e| e.strip_prefix(name).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)));
+                assert!(ok, "{file} uses {name}, which the agent does not export");
+            }
+            i = end;
+        }
+    }
+}
+
 #[test]
 fn the_default_cap_is_valid_config() {
     assert!(ExportConfig::default().series_cap >= min_series_cap());
@@ -464,4 +506,65 @@ mod http {
         assert_ne!(get(addr, "/metrics", None).await.0, 200);
         stop.send(()).unwrap();
     }
+}
+
+/// With TCPVIGIL_SERVE_ADDR=127.0.0.1:PORT, serve a changing synthetic metric set there for
+/// TCPVIGIL_SERVE_SECS seconds (default 60): scripts/ci-export.sh points a real Prometheus at
+/// it and checks that every rule and dashboard expression returns data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_synthetic_metrics_for_prometheus() {
+    let Ok(addr) = std::env::var("TCPVIGIL_SERVE_ADDR") else { return };
+    let addr: SocketAddr = addr.parse().unwrap();
+    assert!(addr.ip().is_loopback(), "test servers bind loopback only");
+    let secs: u64 = std::env::var("TCPVIGIL_SERVE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let cfg = ExportConfig {
+        transfers: vec![TransferRule { name: "t1".into(), filter: ":5201".into() }],
+        ..ExportConfig::default()
+    };
+    let (mut m, r) = Metrics::new_registered(&cfg);
+    let mut t = ConnTable::new(false);
+    let srv = super::http::HttpServer::bind(addr, None, Arc::new(r), Arc::new(AtomicBool::new(true))).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(srv.run(async {
+        let _ = stop_rx.await;
+    }));
+    let mut h = health();
+    h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 10, max_entries: 65536 });
+    for k in 0..secs {
+        let ts = (k + 1) * 1_000_000_000;
+        // Eight streams of one transfer at 1..8 MB/s: unfair on purpose.
+        for i in 0..8u32 {
+            let e = ev(ts, conn(i), Body::Snapshot(snap((2 << 20) + k * (i as u64 + 1) * 1_000_000)));
+            t.apply(&e);
+            m.on_event(&e);
+        }
+        let rtx = Retrans {
+            seq: 1, end_seq: 2, segs: 2, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
+            cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+        };
+        m.on_event(&ev(ts, conn(0), Body::Retrans(rtx)));
+        m.on_event(&ev(ts, conn(0), Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 })));
+        if k == 1 {
+            m.on_finding(&finding(FindingKind::Stop, 0, "cwnd_collapse", true, None));
+            m.on_finding(&finding(FindingKind::Limit, 1, "rwnd_limited", true, None));
+            m.on_finding(&Finding {
+                group: Some("iperf3->10.1.0.1".into()),
+                evidence: json!({"jain": 0.66, "min_max_ratio": 0.125, "even_split_efficiency": 0.22, "streams": 8}),
+                ..finding(FindingKind::Unfair, 0, "unfair_streams", true, None)
+            });
+        }
+        if k % 5 == 2 {
+            m.on_finding(&Finding { start_ns: ts, ..finding(FindingKind::Stop, 2, "rto", true, None) });
+            m.on_finding(&Finding { start_ns: ts, ..finding(FindingKind::Stop, 2, "rto", false, Some(1.5)) });
+        }
+        h.kernel.ring_full += 3;
+        h.kernel.rtx_map_full += 1;
+        h.kernel.samples += 1000;
+        h.programs[0].run_time_ns += 5_000_000;
+        h.programs[0].run_cnt += 1000;
+        m.refresh(&t, &h);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    stop_tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }
