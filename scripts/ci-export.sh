@@ -116,7 +116,8 @@ scrape_configs:
   - job_name: tcpvigil
     static_configs: [ { targets: ["127.0.0.1:$agent_port"] } ]
 PROM_EOF
-	TCPVIGIL_SERVE_ADDR="127.0.0.1:$agent_port" TCPVIGIL_SERVE_SECS=50 \
+	# Its own process group, so that stopping it also stops the test binary cargo runs.
+	TCPVIGIL_SERVE_ADDR="127.0.0.1:$agent_port" TCPVIGIL_SERVE_SECS=50 setsid \
 		cargo test -q -p tcpvigil --lib export::tests::serve_synthetic_metrics_for_prometheus -- --exact \
 		>"$work/agent.log" 2>&1 &
 	agent_pid=$!
@@ -181,7 +182,7 @@ PY_EOF
 		fail "real Prometheus end-to-end"
 	fi
 	kill "$prom_pid" 2>/dev/null || true
-	kill "$agent_pid" 2>/dev/null || true
+	kill -- "-$agent_pid" 2>/dev/null || kill "$agent_pid" 2>/dev/null || true
 	wait "$prom_pid" "$agent_pid" 2>/dev/null || true
 else
 	skip "prometheus (Debian package) not installed"
