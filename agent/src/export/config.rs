@@ -112,10 +112,7 @@ impl ExportConfig {
 
     /// The transfer rules with their filters parsed (call after `validate`; bad ones are skipped).
     pub fn transfer_filters(&self) -> Vec<(String, Filter)> {
-        self.transfers
-            .iter()
-            .filter_map(|t| t.filter.parse().ok().map(|f| (t.name.clone(), f)))
-            .collect()
+        self.transfers.iter().filter_map(|t| t.filter.parse().ok().map(|f| (t.name.clone(), f))).collect()
     }
 }
 
@@ -155,7 +152,17 @@ mod tests {
             .lines()
             .skip_while(|l| !l.starts_with("[export]"))
             .take_while(|l| !l.starts_with("[detect]"))
-            .map(|l| l.strip_prefix("# ").filter(|r| r.starts_with("web_config") || r.starts_with("events") || r.starts_with("[[export") || r.starts_with("name =") || r.starts_with("filter =")).unwrap_or(l))
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| {
+                        r.starts_with("web_config")
+                            || r.starts_with("events")
+                            || r.starts_with("[[export")
+                            || r.starts_with("name =")
+                            || r.starts_with("filter =")
+                    })
+                    .unwrap_or(l)
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         let f: File = toml::from_str(&uncommented).unwrap();

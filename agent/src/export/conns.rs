@@ -149,14 +149,23 @@ impl ConnSeries {
             bps(),
             self.delivery.clone(),
         );
-        r.register_with_unit("conn_goodput", format!("Bytes acknowledged per second {top}"), bps(), self.goodput.clone());
+        r.register_with_unit(
+            "conn_goodput",
+            format!("Bytes acknowledged per second {top}"),
+            bps(),
+            self.goodput.clone(),
+        );
         r.register_with_unit(
             "conn_efficiency",
             "Goodput over the best delivery rate seen on the connection (top-K bulk connections only)",
             Unit::Other("ratio".into()),
             self.efficiency.clone(),
         );
-        r.register("conn_stop_in_progress", "1 while a stop is going on (top-K bulk connections only)", self.stopped.clone());
+        r.register(
+            "conn_stop_in_progress",
+            "1 while a stop is going on (top-K bulk connections only)",
+            self.stopped.clone(),
+        );
         r.register("tracked_connections", "Open connections in the agent's table", self.tracked.clone());
         r.register("bulk_connections", "Open connections that moved at least export.bulk_min_bytes", self.bulk.clone());
         r.register("overflow_connections", "Open connections summed into conn=\"other\"", self.overflow.clone());
@@ -179,7 +188,8 @@ impl ConnSeries {
 
     fn labels(&self, e: &ConnEntry) -> ConnLabels {
         let t = e.id.tuple;
-        let transfer = self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
+        let transfer =
+            self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
         let owner = e.owner.as_ref().or(e.snap.as_ref().map(|s| &s.owner));
         ConnLabels {
             conn: format!("{}>{}", addr(t.local), addr(t.remote)),

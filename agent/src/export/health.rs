@@ -154,9 +154,17 @@ impl HealthSeries {
             self.dropped.clone(),
         );
         r.register("decode_errors", "Ring-buffer records that failed to decode", self.decode_errors.clone());
-        r.register("bpf_errors", "Failures counted by the BPF programs (map pressure), by kind", self.bpf_errors.clone());
+        r.register(
+            "bpf_errors",
+            "Failures counted by the BPF programs (map pressure), by kind",
+            self.bpf_errors.clone(),
+        );
         r.register("kernel_records", "Records the BPF programs emitted, by kind", self.kernel_records.clone());
-        r.register("events_write_errors", "Findings the JSON events writer failed to write", self.events_write_errors.clone());
+        r.register(
+            "events_write_errors",
+            "Findings the JSON events writer failed to write",
+            self.events_write_errors.clone(),
+        );
         r.register("build_info", "Agent version (always 1)", self.build_info.clone());
         r.register("hook_variant_info", "Hook variant in use for each need (always 1)", self.variants.clone());
         r.register_with_unit(
@@ -165,7 +173,11 @@ impl HealthSeries {
             Unit::Seconds,
             self.prog_run_time.clone(),
         );
-        r.register("bpf_prog_runs", "Runs of each BPF program (needs kernel.bpf_stats_enabled=1)", self.prog_runs.clone());
+        r.register(
+            "bpf_prog_runs",
+            "Runs of each BPF program (needs kernel.bpf_stats_enabled=1)",
+            self.prog_runs.clone(),
+        );
         r.register("bpf_map_entries", "Entries in a BPF map", self.map_entries.clone());
         r.register("bpf_map_max_entries", "Capacity of a BPF map", self.map_max_entries.clone());
     }
@@ -191,7 +203,8 @@ impl HealthSeries {
         self.decode_errors.inc_by(d);
         let d = self.delta("events_write", h.events_write_errors);
         self.events_write_errors.inc_by(d);
-        for (kind, v) in BPF_ERRORS.into_iter().zip([k.storage_fail, k.rtx_map_full, k.opt_read_fail, k.seq_write_fail]) {
+        for (kind, v) in BPF_ERRORS.into_iter().zip([k.storage_fail, k.rtx_map_full, k.opt_read_fail, k.seq_write_fail])
+        {
             let d = self.delta(kind, v);
             self.bpf_errors.get_or_create(&KindLabels { kind }).inc_by(d);
         }

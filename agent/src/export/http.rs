@@ -174,11 +174,16 @@ fn is_transient(e: &std::io::Error) -> bool {
 fn reply(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_str(ctype).unwrap_or(HeaderValue::from_static("text/plain")));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_str(ctype).unwrap_or(HeaderValue::from_static("text/plain")));
     r
 }
 
-async fn handle(req: Request<Incoming>, shared: Arc<Shared>, web: Arc<Web>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    web: Arc<Web>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let mut resp = route(req, &shared, &web).await;
     for (k, v) in &web.config.headers {
         if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
@@ -207,7 +212,8 @@ async fn route(req: Request<Incoming>, shared: &Shared, web: &Arc<Web>) -> Respo
                 let header = req.headers().get(AUTHORIZATION).map(|h| h.as_bytes().to_vec());
                 let w = web.clone();
                 // bcrypt costs tens of milliseconds: keep it off the reactor.
-                let ok = tokio::task::spawn_blocking(move || w.config.authorized(header.as_deref())).await.unwrap_or(false);
+                let ok =
+                    tokio::task::spawn_blocking(move || w.config.authorized(header.as_deref())).await.unwrap_or(false);
                 if !ok {
                     let mut r = reply(StatusCode::UNAUTHORIZED, TEXT, "unauthorized\n");
                     r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"tcpvigil\""));
@@ -234,11 +240,8 @@ async fn route(req: Request<Incoming>, shared: &Shared, web: &Arc<Web>) -> Respo
 /// OpenMetrics text as the Prometheus 0.0.4 text format: counter families are named with their
 /// `_total` samples, `# UNIT` and `# EOF` go. Samples are the same in both formats.
 pub fn to_prometheus_text(om: &str) -> String {
-    let counters: std::collections::HashSet<&str> = om
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|r| r.strip_suffix(" counter"))
-        .collect();
+    let counters: std::collections::HashSet<&str> =
+        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|r| r.strip_suffix(" counter")).collect();
     let mut out = String::with_capacity(om.len());
     for l in om.lines() {
         if l.starts_with("# UNIT ") || l == "# EOF" {

@@ -25,11 +25,9 @@ use super::health::{self, Health, HealthSeries};
 use crate::model::{Body, ConnTable, Event, Finding, FindingKind};
 
 /// Stop causes the detector reports; anything else is counted as `unknown`.
-pub const STOP_CAUSES: [&str; 6] =
-    ["rto", "path_silent", "cwnd_collapse", "lost_retransmit", "zero_window", "unknown"];
+pub const STOP_CAUSES: [&str; 6] = ["rto", "path_silent", "cwnd_collapse", "lost_retransmit", "zero_window", "unknown"];
 /// Limit reasons the detector reports; anything else is counted as `other`.
-pub const LIMIT_REASONS: [&str; 6] =
-    ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
+pub const LIMIT_REASONS: [&str; 6] = ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
 /// Stop duration buckets, seconds: from a few RTTs of a 10 ms path to paper 000's 100 s runs.
 pub const STOP_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 /// Series per fairness group: index, even-split efficiency, min/max ratio, streams.
@@ -195,7 +193,11 @@ impl Metrics {
         );
         r.register("retransmission_timeouts", "Retransmission timeouts that fired (host-wide)", self.rtos.clone());
         r.register("retransmitted_segments", "Segments retransmitted (host-wide)", self.retrans_segs.clone());
-        r.register("unfair_groups", "Transfer groups whose streams share the path unfairly now", self.unfair_groups.clone());
+        r.register(
+            "unfair_groups",
+            "Transfer groups whose streams share the path unfairly now",
+            self.unfair_groups.clone(),
+        );
         r.register(
             "group_fairness_index",
             "Jain's fairness index of the streams of an unfair group (1 = even)",
@@ -214,7 +216,11 @@ impl Metrics {
             self.group_min_max.clone(),
         );
         r.register("group_streams", "Streams in an unfair group", self.group_streams.clone());
-        r.register("limited_connections", "Connections held back by buffers or options, by reason", self.limited.clone());
+        r.register(
+            "limited_connections",
+            "Connections held back by buffers or options, by reason",
+            self.limited.clone(),
+        );
         self.conns.register(r);
         self.health.register(r);
     }
@@ -285,7 +291,8 @@ impl Metrics {
                 };
                 if f.ongoing {
                     let e = &f.evidence;
-                    let streams = e.get("streams").and_then(|s| s.as_i64().or_else(|| s.as_array().map(|a| a.len() as i64)));
+                    let streams =
+                        e.get("streams").and_then(|s| s.as_i64().or_else(|| s.as_array().map(|a| a.len() as i64)));
                     let v = GroupValues {
                         jain: ev_f64(e, &["jain", "jain_index", "fairness_index"]),
                         even_split: ev_f64(e, &["even_split_efficiency"]),

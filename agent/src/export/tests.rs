@@ -138,7 +138,11 @@ fn ev(ts_ns: u64, c: ConnId, body: Body) -> Event {
 fn feed(m: &mut Metrics, t: &mut ConnTable, n: u32) {
     for round in 0..2u64 {
         for i in 0..n {
-            let e = ev(1_000_000_000 * (round + 1), conn(i), Body::Snapshot(snap((2 << 20) + round * i as u64 * 1_000_000)));
+            let e = ev(
+                1_000_000_000 * (round + 1),
+                conn(i),
+                Body::Snapshot(snap((2 << 20) + round * i as u64 * 1_000_000)),
+            );
             t.apply(&e);
             m.on_event(&e);
         }
@@ -174,11 +178,28 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     let mut t = ConnTable::new(false);
     feed(&mut m, &mut t, 20);
     let rtx = Retrans {
-        seq: 1, end_seq: 2, segs: 3, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
-        cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+        seq: 1,
+        end_seq: 2,
+        segs: 3,
+        sacked: 0x94,
+        ca_state: 4,
+        count: 2,
+        since_prev_ns: 0,
+        lost_retrans: true,
+        cwnd: 1,
+        ssthresh: 2,
+        packets_out: 3,
+        lost_out: 0,
+        sacked_out: 0,
+        retrans_out: 1,
+        snd_una: 1,
     };
     m.on_event(&ev(3, conn(1), Body::Retrans(rtx)));
-    m.on_event(&ev(3, conn(1), Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 })));
+    m.on_event(&ev(
+        3,
+        conn(1),
+        Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 }),
+    ));
     m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
     m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
     m.on_finding(&Finding {
@@ -251,7 +272,10 @@ fn series_cap_holds_with_10000_connections_to_1000_peers() {
         let mut t = ConnTable::new(false);
         feed(&mut m, &mut t, 10_000);
         for i in 0..200 {
-            m.on_finding(&Finding { group: Some(format!("g{i}")), ..finding(FindingKind::Unfair, i, "unfair_streams", true, None) });
+            m.on_finding(&Finding {
+                group: Some(format!("g{i}")),
+                ..finding(FindingKind::Unfair, i, "unfair_streams", true, None)
+            });
         }
         m.refresh(&t, &health());
         let text = scrape(&r);
@@ -315,8 +339,21 @@ fn exact_variant_counts_only_lost_retrans_events() {
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     m.set_exact_lost_retrans(true);
     let rtx = Retrans {
-        seq: 1, end_seq: 2, segs: 2, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
-        cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+        seq: 1,
+        end_seq: 2,
+        segs: 2,
+        sacked: 0x94,
+        ca_state: 4,
+        count: 2,
+        since_prev_ns: 0,
+        lost_retrans: true,
+        cwnd: 1,
+        ssthresh: 2,
+        packets_out: 3,
+        lost_out: 0,
+        sacked_out: 0,
+        retrans_out: 1,
+        snd_una: 1,
     };
     m.on_event(&ev(1, conn(0), Body::Retrans(rtx.clone())));
     assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 0\n"));
@@ -365,22 +402,26 @@ fn rules_and_dashboards_use_only_exported_metric_names() {
     h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
     m.refresh(&t, &h);
     let text = crate::export::http::to_prometheus_text(&scrape(&r));
-    let exported: BTreeSet<&str> =
-        series(&text).iter().map(|l| l.split(['{', ' ']).next().unwrap_or("")).collect();
+    let exported: BTreeSet<&str> = series(&text).iter().map(|l| l.split(['{', ' ']).next().unwrap_or("")).collect();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    for file in ["deploy/prometheus/tcpvigil.rules.yml", "dashboards/tcpvigil-fleet.json", "dashboards/tcpvigil-drilldown.json"] {
+    for file in
+        ["deploy/prometheus/tcpvigil.rules.yml", "dashboards/tcpvigil-fleet.json", "dashboards/tcpvigil-drilldown.json"]
+    {
         let src = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
         let bytes = src.as_bytes();
         let mut i = 0;
         while let Some(off) = src[i..].find("tcpvigil_") {
             let start = i + off;
-            let end = start + src[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(src.len() - start);
+            let end = start
+                + src[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(src.len() - start);
             let name = &src[start..end];
             // Recording-rule names (`level:metric:op`) are not exported names.
             let in_rule_name = start > 0 && bytes[start - 1] == b':' || bytes.get(end) == Some(&b':');
             if !in_rule_name {
                 let ok = exported.contains(name)
-                    || exported.iter().any(|e| e.strip_prefix(name).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)));
+                    || exported
+                        .iter()
+                        .any(|e| e.strip_prefix(name).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)));
                 assert!(ok, "{file} uses {name}, which the agent does not export");
             }
             i = end;
@@ -408,9 +449,16 @@ mod http {
     async fn get_with(addr: SocketAddr, path: &str, auth: Option<(&str, &str)>, extra: &str) -> (u16, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let auth = auth
-            .map(|(u, p)| format!("Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))))
+            .map(|(u, p)| {
+                format!(
+                    "Authorization: Basic {}\r\n",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+                )
+            })
             .unwrap_or_default();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}{extra}Connection: close\r\n\r\n").as_bytes()).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}{extra}Connection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -452,6 +500,36 @@ mod http {
     }
 
     #[tokio::test]
+    async fn reload_switches_auth_on_and_keeps_the_old_config_on_a_bad_file() {
+        let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+        m.refresh(&ConnTable::new(false), &health());
+        let srv = HttpServer::bind("127.0.0.1:0".parse().unwrap(), None, Arc::new(r), Arc::new(AtomicBool::new(true)))
+            .await
+            .unwrap();
+        let (addr, handle) = (srv.local_addr(), srv.handle());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(srv.run(async {
+            let _ = rx.await;
+        }));
+        assert_eq!(get(addr, "/metrics", None).await.0, 200);
+        let dir = std::env::temp_dir().join(format!("tcpvigil-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("web.yml");
+        std::fs::write(&good, format!("basic_auth_users:\n  prom: '{}'\n", bcrypt::hash("pw", 4).unwrap())).unwrap();
+        handle.reload(Some(&good)).unwrap();
+        assert_eq!(get(addr, "/metrics", None).await.0, 401);
+        let bad = dir.join("bad.yml");
+        std::fs::write(&bad, "basic_auth_users:\n  prom: plaintext\n").unwrap();
+        assert!(handle.reload(Some(&bad)).unwrap_err().to_string().contains("not a bcrypt hash"));
+        assert_eq!(get(addr, "/metrics", None).await.0, 401);
+        assert_eq!(get(addr, "/metrics", Some(("prom", "pw"))).await.0, 200);
+        handle.reload(None).unwrap();
+        assert_eq!(get(addr, "/metrics", None).await.0, 200);
+        std::fs::remove_dir_all(&dir).unwrap();
+        tx.send(()).unwrap();
+    }
+
+    #[tokio::test]
     async fn healthz_is_503_until_ready() {
         let (addr, stop) = start(None, false).await;
         assert_eq!(get(addr, "/healthz", None).await.0, 503);
@@ -480,7 +558,9 @@ mod http {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, ServerName};
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/export/testdata");
-        let web = WebConfig::parse("tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n", &dir.join("web.yml")).unwrap();
+        let web =
+            WebConfig::parse("tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n", &dir.join("web.yml"))
+                .unwrap();
         let (addr, stop) = start(Some(web), true).await;
 
         let mut roots = rustls::RootCertStore::empty();
@@ -539,11 +619,36 @@ async fn serve_synthetic_metrics_for_prometheus() {
             m.on_event(&e);
         }
         let rtx = Retrans {
-            seq: 1, end_seq: 2, segs: 2, sacked: 0x94, ca_state: 4, count: 2, since_prev_ns: 0, lost_retrans: true,
-            cwnd: 1, ssthresh: 2, packets_out: 3, lost_out: 0, sacked_out: 0, retrans_out: 1, snd_una: 1,
+            seq: 1,
+            end_seq: 2,
+            segs: 2,
+            sacked: 0x94,
+            ca_state: 4,
+            count: 2,
+            since_prev_ns: 0,
+            lost_retrans: true,
+            cwnd: 1,
+            ssthresh: 2,
+            packets_out: 3,
+            lost_out: 0,
+            sacked_out: 0,
+            retrans_out: 1,
+            snd_una: 1,
         };
         m.on_event(&ev(ts, conn(0), Body::Retrans(rtx)));
-        m.on_event(&ev(ts, conn(0), Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 })));
+        m.on_event(&ev(
+            ts,
+            conn(0),
+            Body::Rto(Rto {
+                retransmits: 1,
+                rto_us: 200_000,
+                backoff: 1,
+                cwnd: 1,
+                snd_una: 0,
+                snd_nxt: 0,
+                packets_out: 1,
+            }),
+        ));
         if k == 1 {
             m.on_finding(&finding(FindingKind::Stop, 0, "cwnd_collapse", true, None));
             m.on_finding(&finding(FindingKind::Limit, 1, "rwnd_limited", true, None));

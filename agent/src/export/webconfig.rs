@@ -109,7 +109,8 @@ impl WebConfig {
     /// Read and check a web-config file: YAML syntax, unknown keys, bcrypt hashes, certificate
     /// and key files, TLS versions and client-auth settings.
     pub fn load(path: &Path) -> Result<Self, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read { path: path.into(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| WebConfigError::Read { path: path.into(), source })?;
         Self::parse(&text, path)
     }
 
@@ -118,7 +119,11 @@ impl WebConfig {
         let invalid = |msg: String| WebConfigError::Invalid { path: path.into(), msg };
         let raw: Option<RawWebConfig> = serde_norway::from_str(text)
             .map_err(|e| WebConfigError::Syntax { path: path.into(), msg: e.to_string() })?;
-        let raw = raw.unwrap_or(RawWebConfig { tls_server_config: None, http_server_config: None, basic_auth_users: BTreeMap::new() });
+        let raw = raw.unwrap_or(RawWebConfig {
+            tls_server_config: None,
+            http_server_config: None,
+            basic_auth_users: BTreeMap::new(),
+        });
         for (user, hash) in &raw.basic_auth_users {
             if user.is_empty() || user.contains(':') {
                 return Err(invalid(format!("basic_auth_users: user name {user:?} must be non-empty and have no ':'")));
@@ -143,7 +148,9 @@ impl WebConfig {
         let base = path.parent().unwrap_or(Path::new("."));
         let tls = match raw.tls_server_config {
             None => None,
-            Some(t) => Some(Arc::new(server_config(&t, base).map_err(|msg| WebConfigError::Tls { path: path.into(), msg })?)),
+            Some(t) => {
+                Some(Arc::new(server_config(&t, base).map_err(|msg| WebConfigError::Tls { path: path.into(), msg })?))
+            }
         };
         Ok(WebConfig { tls, users: raw.basic_auth_users, headers })
     }
@@ -196,7 +203,8 @@ fn server_config(t: &RawTls, base: &Path) -> Result<ServerConfig, String> {
     let min = t.min_version.as_deref().unwrap_or("TLS12");
     let max = t.max_version.as_deref().unwrap_or("TLS13");
     let bad_version = |v: &str| format!("TLS version {v:?} is not supported: use TLS12 or TLS13");
-    let (lo, hi) = (tls_version(min).ok_or_else(|| bad_version(min))?, tls_version(max).ok_or_else(|| bad_version(max))?);
+    let (lo, hi) =
+        (tls_version(min).ok_or_else(|| bad_version(min))?, tls_version(max).ok_or_else(|| bad_version(max))?);
     let versions: Vec<&'static rustls::SupportedProtocolVersion> =
         TLS_VERSIONS.iter().enumerate().filter(|(i, _)| *i >= lo && *i <= hi).map(|(_, (_, v))| *v).collect();
     if versions.is_empty() {
@@ -279,7 +287,10 @@ mod tests {
             ("basic_auth_users:\n  prom: plaintext\n", "basic_auth_users.prom: not a bcrypt hash"),
             ("tls_server_config:\n  cert_file: x.crt\n", "missing field `key_file`"),
             ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "cert_file /etc/tcpvigil/nope.crt"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n", "unknown field `cipher_suites`"),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n",
+                "unknown field `cipher_suites`",
+            ),
             ("http_server_config:\n  headers:\n    'Bad Header': x\n", "bad header"),
         ];
         for (text, want) in cases {
