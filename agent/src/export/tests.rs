@@ -320,6 +320,41 @@ fn closed_connections_series_go_away_and_the_count_returns_to_baseline() {
 }
 
 #[test]
+fn churn_of_5000_short_connections_returns_the_series_count_to_baseline() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    m.refresh(&t, &health());
+    let baseline = series(&scrape(&r)).len();
+    let mut peak = 0;
+    for round in 0..50u32 {
+        let ts = |k: u64| (round as u64 * 10 + k) * 1_000_000_000;
+        for j in 0..100u32 {
+            let c = conn(round * 100 + j);
+            for (k, body) in [(1, Body::Snapshot(snap(2 << 20))), (2, Body::Snapshot(snap(4 << 20)))] {
+                let e = ev(ts(k), c, body);
+                t.apply(&e);
+                m.on_event(&e);
+            }
+        }
+        m.refresh(&t, &health());
+        peak = peak.max(series(&scrape(&r)).len());
+        for j in 0..100u32 {
+            let e = ev(ts(3), conn(round * 100 + j), Body::Close(snap(5 << 20)));
+            t.apply(&e);
+            m.on_event(&e);
+        }
+        m.refresh(&t, &health());
+        t.reap(ts(4));
+    }
+    m.refresh(&t, &health());
+    let after = scrape(&r);
+    eprintln!("churn: baseline {baseline} series, peak {peak}, after {}", series(&after).len());
+    assert!(peak > baseline);
+    assert_eq!(series(&after).len(), baseline, "{after}");
+    assert!(after.contains("tcpvigil_tracked_connections 0\n"));
+}
+
+#[test]
 fn health_counters_stay_monotonic_when_kernel_totals_restart() {
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let t = ConnTable::new(false);
