@@ -118,7 +118,7 @@ scrape_configs:
 PROM_EOF
 	# Its own process group, so that stopping it also stops the test binary cargo runs.
 	TCPVIGIL_SERVE_ADDR="127.0.0.1:$agent_port" TCPVIGIL_SERVE_SECS=50 setsid \
-		cargo test -q -p tcpvigil --lib export::tests::serve_synthetic_metrics_for_prometheus -- --exact \
+		cargo test -q -p tcpvigil --lib export::tests_http::serve_synthetic_metrics_for_prometheus -- --exact \
 		>"$work/agent.log" 2>&1 &
 	agent_pid=$!
 	prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \

@@ -14,6 +14,8 @@ pub mod webconfig;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_http;
 
 pub use config::ExportConfig;
 pub use events::{EventsTarget, EventsWriter};
