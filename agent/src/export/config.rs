@@ -1,0 +1,189 @@
+//! The `[export]` section of the daemon's config: where metrics are served, how many series they
+//! may use, where findings go. Checked up front (`validate`) so a bad value stops the daemon
+//! before any BPF is loaded.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Filter;
+
+/// Settings of everything under `export/`. Every field has a default; unknown keys are errors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Address of the HTTP server for `/metrics` and `/healthz`. Loopback unless changed.
+    pub listen: SocketAddr,
+    /// A web-config YAML file (the Prometheus exporter-toolkit schema) enabling TLS and/or basic
+    /// auth. None: plain HTTP, no auth.
+    pub web_config: Option<PathBuf>,
+    /// How many bulk connections get their own per-connection series.
+    pub top_k: usize,
+    /// Upper bound on the number of series one scrape returns. Per-connection and per-group
+    /// series are trimmed to stay under it.
+    pub series_cap: usize,
+    /// How many transfer groups get per-group fairness series.
+    pub max_groups: usize,
+    /// A connection counts as bulk once this many bytes were acknowledged on it.
+    pub bulk_min_bytes: u64,
+    /// Where findings go as JSON lines: a file path, or "-" for stdout. None: nowhere.
+    pub events: Option<String>,
+    /// Named transfers: a connection matching a rule's filter gets its name in the `transfer`
+    /// label of its per-connection series, so Prometheus can join the streams of one transfer
+    /// across hosts. The first matching rule wins.
+    pub transfers: Vec<TransferRule>,
+}
+
+/// A transfer name and the connections that belong to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferRule {
+    /// Short label value, `[A-Za-z0-9_.-]`, at most 32 characters.
+    pub name: String,
+    /// A connection filter as `tcpvigil watch --conn` takes it (`:5201`, `10.0.0.2`, ...).
+    pub filter: String,
+}
+
+/// Default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9977";
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        ExportConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9977)),
+            web_config: None,
+            top_k: 50,
+            series_cap: 2000,
+            max_groups: 32,
+            bulk_min_bytes: 1 << 20,
+            events: None,
+            transfers: Vec::new(),
+        }
+    }
+}
+
+/// What is wrong with an `[export]` section.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("export.top_k = {0}: must be from 1 to {MAX_TOP_K}")]
+    TopK(usize),
+    #[error("export.series_cap = {got}: must be at least {min} (the series the agent always exports plus one per-connection set)")]
+    SeriesCap { got: usize, min: usize },
+    #[error("export.max_groups = {0}: must be from 0 to {MAX_GROUPS}")]
+    MaxGroups(usize),
+    #[error("export.events = \"\": give a file path, \"-\" for stdout, or leave the key out")]
+    EmptyEvents,
+    #[error("export.transfers: name {0:?} must be 1-32 characters of A-Z a-z 0-9 _ . -")]
+    TransferName(String),
+    #[error("export.transfers: {0}")]
+    TransferFilter(String),
+}
+
+pub const MAX_TOP_K: usize = 1000;
+pub const MAX_GROUPS: usize = 1000;
+
+impl ExportConfig {
+    /// Check values that serde cannot: ranges, filters, the series budget.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.top_k == 0 || self.top_k > MAX_TOP_K {
+            return Err(ConfigError::TopK(self.top_k));
+        }
+        if self.max_groups > MAX_GROUPS {
+            return Err(ConfigError::MaxGroups(self.max_groups));
+        }
+        let min = super::metrics::min_series_cap();
+        if self.series_cap < min {
+            return Err(ConfigError::SeriesCap { got: self.series_cap, min });
+        }
+        if self.events.as_deref() == Some("") {
+            return Err(ConfigError::EmptyEvents);
+        }
+        for t in &self.transfers {
+            let ok = !t.name.is_empty()
+                && t.name.len() <= 32
+                && t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+            if !ok {
+                return Err(ConfigError::TransferName(t.name.clone()));
+            }
+            t.filter.parse::<Filter>().map_err(|e| ConfigError::TransferFilter(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The transfer rules with their filters parsed (call after `validate`; bad ones are skipped).
+    pub fn transfer_filters(&self) -> Vec<(String, Filter)> {
+        self.transfers.iter().filter_map(|t| t.filter.parse().ok().map(|f| (t.name.clone(), f))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bind_loopback() {
+        let c = ExportConfig::default();
+        c.validate().unwrap();
+        assert!(c.listen.ip().is_loopback());
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = serde_json::from_str::<ExportConfig>(r#"{"listn": "0.0.0.0:1"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `listn`"), "{e}");
+    }
+
+    #[test]
+    fn the_shipped_default_config_is_exactly_the_defaults() {
+        #[derive(Deserialize)]
+        struct File {
+            export: ExportConfig,
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tcpvigil.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let f: File = toml::from_str(&text).unwrap();
+        f.export.validate().unwrap();
+        assert_eq!(f.export, ExportConfig::default());
+        assert!(text.contains(&format!("series_cap = {}", ExportConfig::default().series_cap)));
+        assert!(text.contains(&format!("At least {}.", super::super::metrics::min_series_cap())));
+        // The commented examples are valid too.
+        let uncommented: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("[export]"))
+            .take_while(|l| !l.starts_with("[detect]"))
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| {
+                        r.starts_with("web_config")
+                            || r.starts_with("events")
+                            || r.starts_with("[[export")
+                            || r.starts_with("name =")
+                            || r.starts_with("filter =")
+                    })
+                    .unwrap_or(l)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f: File = toml::from_str(&uncommented).unwrap();
+        f.export.validate().unwrap();
+        assert_eq!(f.export.transfers.len(), 1);
+        assert!(f.export.web_config.is_some() && f.export.events.is_some());
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_key_named() {
+        let bad = |f: &dyn Fn(&mut ExportConfig)| {
+            let mut c = ExportConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert!(bad(&|c| c.top_k = 0).contains("export.top_k"));
+        assert!(bad(&|c| c.series_cap = 10).contains("export.series_cap"));
+        assert!(bad(&|c| c.events = Some(String::new())).contains("export.events"));
+        assert!(bad(&|c| c.transfers = vec![TransferRule { name: "a b".into(), filter: ":1".into() }])
+            .contains("export.transfers"));
+        assert!(bad(&|c| c.transfers = vec![TransferRule { name: "ab".into(), filter: "x:y".into() }])
+            .contains("bad connection filter"));
+    }
+}

@@ -1,0 +1,331 @@
+//! Per-connection series for a bounded top-K of bulk connections, everything else summed into
+//! one overflow series (`conn="other"`); closed connections' series go away at the next refresh.
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::config::ExportConfig;
+use crate::model::{Body, ConnEntry, ConnTable, Event, Filter};
+
+/// Series one shown connection adds: cwnd, in_flight, srtt, delivery rate, goodput, efficiency,
+/// stop in progress.
+pub const PER_CONN_SERIES: usize = 7;
+/// How much of its score a connection keeps per refresh when it goes quiet: a stopped transfer
+/// stays in the top-K for a while instead of vanishing exactly when it is interesting.
+const SCORE_DECAY: f64 = 0.9;
+/// A shown connection is only displaced by one this much better (no flapping at the edge).
+const SHOWN_BONUS: f64 = 1.1;
+
+/// Labels of a per-connection series: short, and bounded by top-K.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnLabels {
+    /// `laddr:lport>raddr:rport`, or `other` for the overflow series.
+    pub conn: String,
+    /// The owning process's command name (at most 16 characters).
+    pub comm: String,
+    /// The transfer this connection belongs to (`export.transfers`), or empty.
+    pub transfer: String,
+}
+
+impl ConnLabels {
+    fn other() -> Self {
+        ConnLabels { conn: "other".into(), comm: String::new(), transfer: String::new() }
+    }
+}
+
+type GaugeF = Gauge<f64, AtomicU64>;
+
+/// Rate state per connection, kept between refreshes.
+#[derive(Debug, Default, Clone)]
+struct Rate {
+    sample_ns: u64,
+    snap_ns: u64,
+    last_ns: u64,
+    last_bytes: u64,
+    goodput: f64,
+    score: f64,
+    max_delivery: f64,
+    generation: u64,
+}
+
+/// What one connection contributes to its series.
+#[derive(Debug, Default, Clone, Copy)]
+struct View {
+    cwnd: i64,
+    in_flight: i64,
+    srtt_s: f64,
+    delivery: f64,
+    goodput: f64,
+    efficiency: f64,
+}
+
+#[derive(Debug)]
+pub struct ConnSeries {
+    cwnd: Family<ConnLabels, Gauge>,
+    in_flight: Family<ConnLabels, Gauge>,
+    srtt: Family<ConnLabels, GaugeF>,
+    delivery: Family<ConnLabels, GaugeF>,
+    goodput: Family<ConnLabels, GaugeF>,
+    efficiency: Family<ConnLabels, GaugeF>,
+    stopped: Family<ConnLabels, Gauge>,
+    tracked: Gauge,
+    bulk: Gauge,
+    overflow: Gauge,
+    top_k: usize,
+    bulk_min_bytes: u64,
+    transfers: Vec<(String, Filter)>,
+    rates: HashMap<u64, Rate>,
+    generation: u64,
+    shown: HashMap<u64, ConnLabels>,
+}
+
+/// `a.b.c.d:p`, `[v6]:p`; IPv4-mapped IPv6 shown as IPv4.
+fn addr(a: SocketAddr) -> String {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => format!("{v4}:{}", v6.port()),
+            None => a.to_string(),
+        },
+        SocketAddr::V4(_) => a.to_string(),
+    }
+}
+
+/// A command name as a short printable label value.
+fn comm(s: &str) -> String {
+    s.chars().take(16).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
+}
+
+impl ConnSeries {
+    /// Series that always exist: four overflow gauges, tracked, bulk and overflow counts.
+    pub const FIXED: usize = 4 + 3;
+
+    pub fn new(cfg: &ExportConfig) -> Self {
+        let s = ConnSeries {
+            cwnd: Family::default(),
+            in_flight: Family::default(),
+            srtt: Family::default(),
+            delivery: Family::default(),
+            goodput: Family::default(),
+            efficiency: Family::default(),
+            stopped: Family::default(),
+            tracked: Gauge::default(),
+            bulk: Gauge::default(),
+            overflow: Gauge::default(),
+            top_k: cfg.top_k,
+            bulk_min_bytes: cfg.bulk_min_bytes,
+            transfers: cfg.transfer_filters(),
+            rates: HashMap::new(),
+            generation: 0,
+            shown: HashMap::new(),
+        };
+        let o = ConnLabels::other();
+        let _ = s.cwnd.get_or_create(&o);
+        let _ = s.in_flight.get_or_create(&o);
+        let _ = s.delivery.get_or_create(&o);
+        let _ = s.goodput.get_or_create(&o);
+        s
+    }
+
+    pub fn register(&self, r: &mut Registry) {
+        let seg = || Unit::Other("segments".into());
+        let bps = || Unit::Other("bytes_per_second".into());
+        let top = "(top-K bulk connections by goodput; conn=\"other\" sums the rest)";
+        r.register_with_unit("conn_cwnd", format!("Congestion window {top}"), seg(), self.cwnd.clone());
+        r.register_with_unit("conn_in_flight", format!("Segments in flight {top}"), seg(), self.in_flight.clone());
+        r.register_with_unit(
+            "conn_srtt",
+            "Smoothed RTT (top-K bulk connections only)",
+            Unit::Seconds,
+            self.srtt.clone(),
+        );
+        r.register_with_unit(
+            "conn_delivery_rate",
+            format!("Kernel delivery-rate (ACK-rate) estimate {top}"),
+            bps(),
+            self.delivery.clone(),
+        );
+        r.register_with_unit(
+            "conn_goodput",
+            format!("Bytes acknowledged per second {top}"),
+            bps(),
+            self.goodput.clone(),
+        );
+        r.register_with_unit(
+            "conn_efficiency",
+            "Goodput over the best delivery rate seen on the connection (top-K bulk connections only)",
+            Unit::Other("ratio".into()),
+            self.efficiency.clone(),
+        );
+        r.register(
+            "conn_stop_in_progress",
+            "1 while a stop is going on (top-K bulk connections only)",
+            self.stopped.clone(),
+        );
+        r.register("tracked_connections", "Open connections in the agent's table", self.tracked.clone());
+        r.register("bulk_connections", "Open connections that moved at least export.bulk_min_bytes", self.bulk.clone());
+        r.register("overflow_connections", "Open connections summed into conn=\"other\"", self.overflow.clone());
+    }
+
+    /// Note when a connection's latest sample and snapshot were taken (the fresher one is used).
+    pub fn on_event(&mut self, ev: &Event) {
+        let slot = match &ev.body {
+            Body::Sample(_) => 0,
+            Body::Snapshot(_) | Body::Close(_) => 1,
+            _ => return,
+        };
+        let r = self.rates.entry(ev.conn.cookie).or_default();
+        if slot == 0 {
+            r.sample_ns = r.sample_ns.max(ev.ts_ns);
+        } else {
+            r.snap_ns = r.snap_ns.max(ev.ts_ns);
+        }
+    }
+
+    fn labels(&self, e: &ConnEntry) -> ConnLabels {
+        let t = e.id.tuple;
+        let transfer =
+            self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
+        let owner = e.owner.as_ref().or(e.snap.as_ref().map(|s| &s.owner));
+        ConnLabels {
+            conn: format!("{}>{}", addr(t.local), addr(t.remote)),
+            comm: owner.map(|o| comm(&o.comm)).unwrap_or_default(),
+            transfer,
+        }
+    }
+
+    /// Update rates and the view of one live connection.
+    fn view(rate: &mut Rate, e: &ConnEntry) -> (View, u64) {
+        let use_sample = match (&e.last_sample, &e.snap) {
+            (Some(_), Some(_)) => rate.sample_ns >= rate.snap_ns,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        let mut v = View::default();
+        let mut bytes = 0;
+        if let Some(s) = &e.last_sample {
+            bytes = s.bytes_acked;
+            if use_sample {
+                v.cwnd = s.cwnd as i64;
+                v.in_flight = s.in_flight as i64;
+                v.srtt_s = s.srtt_us as f64 / 1e6;
+                v.delivery = s.delivery_rate_bps();
+            }
+        }
+        if let Some(s) = &e.snap {
+            bytes = bytes.max(s.bytes_acked);
+            if !use_sample {
+                v.cwnd = s.cwnd as i64;
+                let left = s.lost_out.saturating_add(s.sacked_out);
+                v.in_flight = s.packets_out.saturating_sub(left).saturating_add(s.retrans_out) as i64;
+                v.srtt_s = s.srtt_us as f64 / 1e6;
+                v.delivery = s.delivery_rate_bps();
+            }
+        }
+        if rate.last_ns != 0 && e.last_ns > rate.last_ns {
+            let dt = (e.last_ns - rate.last_ns) as f64 / 1e9;
+            rate.goodput = bytes.saturating_sub(rate.last_bytes) as f64 / dt;
+        }
+        if rate.last_ns == 0 || e.last_ns > rate.last_ns {
+            rate.last_ns = e.last_ns;
+            rate.last_bytes = bytes;
+        }
+        rate.score = rate.goodput.max(rate.score * SCORE_DECAY);
+        rate.max_delivery = rate.max_delivery.max(v.delivery);
+        v.goodput = rate.goodput;
+        v.efficiency = if rate.max_delivery > 0.0 { (rate.goodput / rate.max_delivery).min(1.0) } else { 0.0 };
+        (v, bytes)
+    }
+
+    /// Recompute: show at most `min(top_k, max_shown)` connections, sum the rest into `other`.
+    /// Connections in `stopped` rank first. Returns how many connections are shown.
+    pub fn refresh(&mut self, table: &ConnTable, stopped: &HashSet<u64>, max_shown: usize) -> usize {
+        self.generation += 1;
+        let generation = self.generation;
+        let mut views: Vec<(u64, bool, f64, View)> = Vec::with_capacity(table.len());
+        let (mut tracked, mut bulk) = (0, 0);
+        for e in table.iter().filter(|e| !e.closed) {
+            tracked += 1;
+            let rate = self.rates.entry(e.id.cookie).or_default();
+            rate.generation = generation;
+            let (v, bytes) = Self::view(rate, e);
+            let is_stopped = stopped.contains(&e.id.cookie);
+            let is_bulk = bytes >= self.bulk_min_bytes;
+            bulk += is_bulk as i64;
+            let mut score = if is_bulk || is_stopped { rate.score } else { -1.0 };
+            if self.shown.contains_key(&e.id.cookie) {
+                score *= SHOWN_BONUS;
+            }
+            views.push((e.id.cookie, is_stopped, score, v));
+        }
+        self.rates.retain(|_, r| r.generation == generation);
+
+        let k = self.top_k.min(max_shown).min(views.iter().filter(|v| v.1 || v.2 >= 0.0).count());
+        let better = |a: &(u64, bool, f64, View), b: &(u64, bool, f64, View)| {
+            b.1.cmp(&a.1).then(b.2.total_cmp(&a.2)).then(a.0.cmp(&b.0))
+        };
+        if k > 0 && k < views.len() {
+            views.select_nth_unstable_by(k - 1, better);
+        }
+        let (top, rest) = views.split_at(k);
+
+        let mut now: HashMap<u64, ConnLabels> = HashMap::with_capacity(k);
+        let mut used: HashSet<String> = HashSet::with_capacity(k);
+        for (cookie, _, _, _) in top {
+            let Some(mut l) = table.get(*cookie).map(|e| self.labels(e)) else { continue };
+            // The same 4-tuple in two network namespaces: keep the series apart.
+            if used.contains(&l.conn) {
+                l.conn = format!("{}#{cookie}", l.conn);
+            }
+            used.insert(l.conn.clone());
+            now.insert(*cookie, l);
+        }
+        for (cookie, l) in &self.shown {
+            if now.get(cookie) != Some(l) {
+                self.remove(l);
+            }
+        }
+        for (cookie, stopped, _, v) in top {
+            if let Some(l) = now.get(cookie) {
+                self.cwnd.get_or_create(l).set(v.cwnd);
+                self.in_flight.get_or_create(l).set(v.in_flight);
+                self.srtt.get_or_create(l).set(v.srtt_s);
+                self.delivery.get_or_create(l).set(v.delivery);
+                self.goodput.get_or_create(l).set(v.goodput);
+                self.efficiency.get_or_create(l).set(v.efficiency);
+                self.stopped.get_or_create(l).set(*stopped as i64);
+            }
+        }
+        let mut sum = View::default();
+        for (_, _, _, v) in rest {
+            sum.cwnd += v.cwnd;
+            sum.in_flight += v.in_flight;
+            sum.delivery += v.delivery;
+            sum.goodput += v.goodput;
+        }
+        let o = ConnLabels::other();
+        self.cwnd.get_or_create(&o).set(sum.cwnd);
+        self.in_flight.get_or_create(&o).set(sum.in_flight);
+        self.delivery.get_or_create(&o).set(sum.delivery);
+        self.goodput.get_or_create(&o).set(sum.goodput);
+        self.tracked.set(tracked);
+        self.bulk.set(bulk);
+        self.overflow.set(rest.len() as i64);
+        self.shown = now;
+        self.shown.len()
+    }
+
+    fn remove(&self, l: &ConnLabels) {
+        self.cwnd.remove(l);
+        self.in_flight.remove(l);
+        self.srtt.remove(l);
+        self.delivery.remove(l);
+        self.goodput.remove(l);
+        self.efficiency.remove(l);
+        self.stopped.remove(l);
+    }
+}

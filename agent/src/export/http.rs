@@ -1,0 +1,263 @@
+//! The HTTP(S) server: `/metrics` (OpenMetrics text) beside `/healthz`, on tokio with hyper 1,
+//! optional TLS and basic auth from a web-config file. Loopback by default.
+//!
+//! ```ignore
+//! let web = cfg.web_config.as_deref().map(WebConfig::load).transpose()?;   // exit 2 on error
+//! let server = HttpServer::bind(cfg.listen, web, registry.clone(), ready.clone()).await?;
+//! let handle = server.handle();                 // handle.reload(path) on SIGHUP
+//! tokio::spawn(server.run(shutdown_signal));
+//! ```
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use super::webconfig::{WebConfig, WebConfigError};
+
+/// The content type of `/metrics` for clients that ask for OpenMetrics (Prometheus does).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of `/metrics` for everyone else (curl, `promtool check metrics`).
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Connections served at once; more wait in the kernel's accept queue.
+const MAX_CONNS: usize = 64;
+/// Time a client gets to finish the TLS handshake or send its request headers.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time in-flight requests get to finish at shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("accepting connections on {addr}: {source}")]
+    Accept { addr: SocketAddr, source: std::io::Error },
+}
+
+/// What a connection needs; swapped whole on reload.
+struct Web {
+    tls: Option<TlsAcceptor>,
+    config: WebConfig,
+}
+
+struct Shared {
+    registry: Arc<Registry>,
+    ready: Arc<AtomicBool>,
+    web: RwLock<Arc<Web>>,
+}
+
+fn web_state(config: Option<WebConfig>) -> Web {
+    let config = config.unwrap_or_default();
+    Web { tls: config.tls.clone().map(TlsAcceptor::from), config }
+}
+
+/// A bound, not yet running server.
+pub struct HttpServer {
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+/// Changes a running server's web config (new certificates, users; TLS on or off).
+#[derive(Clone)]
+pub struct HttpHandle {
+    shared: Arc<Shared>,
+}
+
+impl HttpHandle {
+    /// Load `path` and use it for new connections. On error the old config stays.
+    pub fn reload(&self, path: Option<&Path>) -> Result<(), WebConfigError> {
+        let config = path.map(WebConfig::load).transpose()?;
+        let web = Arc::new(web_state(config));
+        *self.shared.web.write().unwrap_or_else(|p| p.into_inner()) = web;
+        Ok(())
+    }
+}
+
+impl HttpServer {
+    /// Bind `addr`. `ready` answers `/healthz` (503 until the daemon sets it).
+    pub async fn bind(
+        addr: SocketAddr,
+        web: Option<WebConfig>,
+        registry: Arc<Registry>,
+        ready: Arc<AtomicBool>,
+    ) -> Result<Self, HttpError> {
+        let listener = TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
+        let addr = listener.local_addr().map_err(|source| HttpError::Bind { addr, source })?;
+        let shared = Arc::new(Shared { registry, ready, web: RwLock::new(Arc::new(web_state(web))) });
+        Ok(HttpServer { listener, addr, shared })
+    }
+
+    /// The address actually bound (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn handle(&self) -> HttpHandle {
+        HttpHandle { shared: self.shared.clone() }
+    }
+
+    /// Serve until `shutdown` completes, then let in-flight requests finish (5 s at most).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), HttpError> {
+        let graceful = GracefulShutdown::new();
+        let limit = Arc::new(Semaphore::new(MAX_CONNS));
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                _ = &mut shutdown => break,
+                p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            let (stream, _peer) = tokio::select! {
+                _ = &mut shutdown => break,
+                r = self.listener.accept() => match r {
+                    Ok(s) => s,
+                    // Out of file descriptors and the like: wait a little, keep serving.
+                    Err(e) if is_transient(&e) => {
+                        tracing::warn!(error = %e, "http accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(source) => return Err(HttpError::Accept { addr: self.addr, source }),
+                },
+            };
+            let web = self.shared.web.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let shared = self.shared.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let svc = {
+                    let web = web.clone();
+                    service_fn(move |req| handle(req, shared.clone(), web.clone()))
+                };
+                let mut http = hyper::server::conn::http1::Builder::new();
+                http.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT);
+                let result = match &web.tls {
+                    Some(acceptor) => match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => watcher.watch(http.serve_connection(TokioIo::new(tls), svc)).await,
+                        Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!("TLS handshake timed out"),
+                    },
+                    None => watcher.watch(http.serve_connection(TokioIo::new(stream), svc)).await,
+                };
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "http connection ended with an error");
+                }
+            });
+        }
+        drop(self.listener);
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
+        Ok(())
+    }
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock)
+        || matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+fn reply(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_str(ctype).unwrap_or(HeaderValue::from_static("text/plain")));
+    r
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    web: Arc<Web>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut resp = route(req, &shared, &web).await;
+    for (k, v) in &web.config.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    Ok(resp)
+}
+
+async fn route(req: Request<Incoming>, shared: &Shared, web: &Arc<Web>) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
+    }
+    match req.uri().path() {
+        // Not behind auth: a liveness probe should not need the scrape password.
+        "/healthz" => {
+            if shared.ready.load(Ordering::Relaxed) {
+                reply(StatusCode::OK, TEXT, "ok\n")
+            } else {
+                reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n")
+            }
+        }
+        "/metrics" => {
+            if web.config.auth_required() {
+                let header = req.headers().get(AUTHORIZATION).map(|h| h.as_bytes().to_vec());
+                let w = web.clone();
+                // bcrypt costs tens of milliseconds: keep it off the reactor.
+                let ok =
+                    tokio::task::spawn_blocking(move || w.config.authorized(header.as_deref())).await.unwrap_or(false);
+                if !ok {
+                    let mut r = reply(StatusCode::UNAUTHORIZED, TEXT, "unauthorized\n");
+                    r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"tcpvigil\""));
+                    return r;
+                }
+            }
+            let openmetrics = req
+                .headers()
+                .get_all(hyper::header::ACCEPT)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")));
+            let mut body = String::with_capacity(64 * 1024);
+            match prometheus_client::encoding::text::encode(&mut body, &shared.registry) {
+                Ok(()) if openmetrics => reply(StatusCode::OK, OPENMETRICS, body),
+                Ok(()) => reply(StatusCode::OK, PROMETHEUS_TEXT, to_prometheus_text(&body)),
+                Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "encoding failed\n"),
+            }
+        }
+        "/" => reply(StatusCode::OK, TEXT, "tcpvigil: /metrics /healthz\n"),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
+}
+
+/// OpenMetrics text as the Prometheus 0.0.4 text format: counter families are named with their
+/// `_total` samples, `# UNIT` and `# EOF` go. Samples are the same in both formats.
+pub fn to_prometheus_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> =
+        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|r| r.strip_suffix(" counter")).collect();
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l.starts_with("# UNIT ") || l == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|p| l.strip_prefix(p).map(|r| (p, r)));
+        match meta.and_then(|(p, r)| r.split_once(' ').map(|(n, rest)| (p, n, rest))) {
+            Some((p, name, rest)) if counters.contains(name) => {
+                out.push_str(p);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(rest);
+            }
+            _ => out.push_str(l),
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,370 @@
+//! Prometheus metrics: typed families for stops, fairness, limits, loss counters and the agent's
+//! own health, fed from events, findings and a periodic refresh, with a hard series cap.
+//!
+//! Wiring (the daemon owns the loop; nothing here blocks or does IO):
+//! ```ignore
+//! let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
+//! let registry = Arc::new(registry);           // shared with export::http
+//! // per event:   metrics.on_event(&ev);       (after table.apply(&ev))
+//! // per finding: metrics.on_finding(&f);
+//! // every second or so: metrics.refresh(&table, &health);
+//! ```
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::config::ExportConfig;
+use super::conns::{ConnSeries, PER_CONN_SERIES};
+use super::health::{self, Health, HealthSeries};
+use crate::model::{Body, ConnTable, Event, Finding, FindingKind};
+
+/// Stop causes the detector reports; anything else is counted as `unknown`.
+pub const STOP_CAUSES: [&str; 6] = ["rto", "path_silent", "cwnd_collapse", "lost_retransmit", "zero_window", "unknown"];
+/// Limit reasons the detector reports; anything else is counted as `other`.
+pub const LIMIT_REASONS: [&str; 6] = ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
+/// Stop duration buckets, seconds: from a few RTTs of a 10 ms path to paper 000's 100 s runs.
+pub const STOP_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// Series per fairness group: index, even-split efficiency, min/max ratio, streams.
+pub const PER_GROUP_SERIES: usize = 4;
+/// Longest group label value; longer keys are cut (collisions then merge, which is bounded).
+const MAX_GROUP_LEN: usize = 64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    pub group: String,
+}
+
+type GaugeF = Gauge<f64, AtomicU64>;
+type HistFamily = Family<CauseLabels, Histogram, fn() -> Histogram>;
+
+fn stop_histogram() -> Histogram {
+    Histogram::new(STOP_BUCKETS)
+}
+
+/// Series that exist whatever happens (all label values pre-created), health's bounded ones
+/// excluded: stops, stop durations, stops in progress, 3 loss counters, unfair groups, limited
+/// connections, and the overflow part of the per-connection set.
+pub fn fixed_series() -> usize {
+    let n = STOP_CAUSES.len();
+    n + n * (STOP_BUCKETS.len() + 3) + n + 3 + 1 + LIMIT_REASONS.len() + ConnSeries::FIXED
+}
+
+/// The smallest `series_cap` that always holds: fixed series, health at its bounds, one connection.
+pub fn min_series_cap() -> usize {
+    fixed_series() + health::MAX_SERIES + PER_CONN_SERIES
+}
+
+/// Values of one unfair group, from the finding's evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct GroupValues {
+    jain: f64,
+    even_split: f64,
+    min_max: f64,
+    streams: i64,
+}
+
+/// All tcpvigil metrics. Owned by the daemon's task; the registry it fills is shared with HTTP.
+#[derive(Debug)]
+pub struct Metrics {
+    stops: Family<CauseLabels, Counter>,
+    stop_duration: HistFamily,
+    stops_in_progress: Family<CauseLabels, Gauge>,
+    lost_retrans: Counter,
+    rtos: Counter,
+    retrans_segs: Counter,
+    unfair_groups: Gauge,
+    group_fairness: Family<GroupLabels, GaugeF>,
+    group_even_split: Family<GroupLabels, GaugeF>,
+    group_min_max: Family<GroupLabels, GaugeF>,
+    group_streams: Family<GroupLabels, Gauge>,
+    limited: Family<ReasonLabels, Gauge>,
+    conns: ConnSeries,
+    health: HealthSeries,
+
+    exact_lost_retrans: bool,
+    series_cap: usize,
+    max_groups: usize,
+    /// Stops in progress: (cookie, start_ns) -> cause.
+    open_stops: HashMap<(u64, u64), &'static str>,
+    /// Limits in progress: (cookie, reason).
+    open_limits: HashSet<(u64, &'static str)>,
+    /// Unfair groups in progress.
+    open_groups: HashMap<String, GroupValues>,
+    shown_groups: HashSet<String>,
+}
+
+fn stop_cause(c: &str) -> &'static str {
+    STOP_CAUSES.iter().find(|k| **k == c).copied().unwrap_or("unknown")
+}
+
+fn limit_reason(c: &str) -> &'static str {
+    LIMIT_REASONS.iter().find(|k| **k == c).copied().unwrap_or("other")
+}
+
+fn ev_f64(ev: &serde_json::Value, keys: &[&str]) -> f64 {
+    keys.iter().find_map(|k| ev.get(*k).and_then(|v| v.as_f64())).unwrap_or(f64::NAN)
+}
+
+fn group_key(s: &str) -> String {
+    let mut end = s.len().min(MAX_GROUP_LEN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+impl Metrics {
+    /// Metrics with every fixed label value created, not yet registered.
+    pub fn new(cfg: &ExportConfig) -> Self {
+        let m = Metrics {
+            stops: Family::default(),
+            stop_duration: HistFamily::new_with_constructor(stop_histogram),
+            stops_in_progress: Family::default(),
+            lost_retrans: Counter::default(),
+            rtos: Counter::default(),
+            retrans_segs: Counter::default(),
+            unfair_groups: Gauge::default(),
+            group_fairness: Family::default(),
+            group_even_split: Family::default(),
+            group_min_max: Family::default(),
+            group_streams: Family::default(),
+            limited: Family::default(),
+            conns: ConnSeries::new(cfg),
+            health: HealthSeries::new(),
+            exact_lost_retrans: false,
+            series_cap: cfg.series_cap,
+            max_groups: cfg.max_groups,
+            open_stops: HashMap::new(),
+            open_limits: HashSet::new(),
+            open_groups: HashMap::new(),
+            shown_groups: HashSet::new(),
+        };
+        for cause in STOP_CAUSES {
+            let l = CauseLabels { cause };
+            let _ = m.stops.get_or_create(&l);
+            let _ = m.stop_duration.get_or_create(&l);
+            let _ = m.stops_in_progress.get_or_create(&l);
+        }
+        for reason in LIMIT_REASONS {
+            let _ = m.limited.get_or_create(&ReasonLabels { reason });
+        }
+        m
+    }
+
+    /// A fresh registry with these metrics under the `tcpvigil_` prefix.
+    pub fn new_registered(cfg: &ExportConfig) -> (Self, Registry) {
+        let m = Self::new(cfg);
+        let mut r = Registry::default();
+        m.register(&mut r);
+        (m, r)
+    }
+
+    /// Register every family (clones share their values) under `tcpvigil_` in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("tcpvigil");
+        r.register("stops", "Communication stops detected, by cause", self.stops.clone());
+        r.register_with_unit(
+            "stop_duration",
+            "Duration of communication stops that ended, by cause",
+            Unit::Seconds,
+            self.stop_duration.clone(),
+        );
+        r.register("stops_in_progress", "Communication stops going on now, by cause", self.stops_in_progress.clone());
+        r.register(
+            "lost_retransmissions",
+            "Retransmitted segments that were lost again (host-wide)",
+            self.lost_retrans.clone(),
+        );
+        r.register("retransmission_timeouts", "Retransmission timeouts that fired (host-wide)", self.rtos.clone());
+        r.register("retransmitted_segments", "Segments retransmitted (host-wide)", self.retrans_segs.clone());
+        r.register(
+            "unfair_groups",
+            "Transfer groups whose streams share the path unfairly now",
+            self.unfair_groups.clone(),
+        );
+        r.register(
+            "group_fairness_index",
+            "Jain's fairness index of the streams of an unfair group (1 = even)",
+            self.group_fairness.clone(),
+        );
+        r.register_with_unit(
+            "group_even_split_efficiency",
+            "Efficiency an even split of the data would get: n * slowest / total goodput",
+            Unit::Other("ratio".into()),
+            self.group_even_split.clone(),
+        );
+        r.register_with_unit(
+            "group_min_max",
+            "Slowest over fastest stream goodput in an unfair group",
+            Unit::Other("ratio".into()),
+            self.group_min_max.clone(),
+        );
+        r.register("group_streams", "Streams in an unfair group", self.group_streams.clone());
+        r.register(
+            "limited_connections",
+            "Connections held back by buffers or options, by reason",
+            self.limited.clone(),
+        );
+        self.conns.register(r);
+        self.health.register(r);
+    }
+
+    /// Tell whether lost retransmissions come from the exact variant (then only `LostRetrans`
+    /// events count, as in `ConnTable`). Set once the hook variants are chosen.
+    pub fn set_exact_lost_retrans(&mut self, exact: bool) {
+        self.exact_lost_retrans = exact;
+    }
+
+    /// Count what one event says (host-wide counters) and note sample/snapshot freshness.
+    pub fn on_event(&mut self, ev: &Event) {
+        match &ev.body {
+            Body::Retrans(r) => {
+                self.retrans_segs.inc_by(r.segs as u64);
+                if r.lost_retrans && !self.exact_lost_retrans {
+                    self.lost_retrans.inc_by(r.segs as u64);
+                }
+            }
+            Body::LostRetrans(r) if self.exact_lost_retrans => {
+                self.lost_retrans.inc_by(r.segs as u64);
+            }
+            Body::Rto(_) => {
+                self.rtos.inc();
+            }
+            _ => {}
+        }
+        self.conns.on_event(ev);
+    }
+
+    /// Count a finding: a stop is counted when first reported and observed in the duration
+    /// histogram when it ends; limits and unfair groups are tracked while ongoing.
+    pub fn on_finding(&mut self, f: &Finding) {
+        match f.kind {
+            FindingKind::Stop => {
+                let cause = stop_cause(&f.cause);
+                let key = (f.conn.map_or(0, |c| c.cookie), f.start_ns);
+                let l = CauseLabels { cause };
+                if f.ongoing {
+                    if self.open_stops.insert(key, cause).is_none() {
+                        self.stops.get_or_create(&l).inc();
+                    }
+                } else {
+                    if self.open_stops.remove(&key).is_none() {
+                        // Never saw it start (agent restarted, or reported only at its end).
+                        self.stops.get_or_create(&l).inc();
+                    }
+                    if let Some(d) = f.duration_s.filter(|d| d.is_finite() && *d >= 0.0) {
+                        self.stop_duration.get_or_create(&l).observe(d);
+                    }
+                }
+                self.update_open_stops();
+            }
+            FindingKind::Limit => {
+                let key = (f.conn.map_or(0, |c| c.cookie), limit_reason(&f.cause));
+                if f.ongoing {
+                    self.open_limits.insert(key);
+                } else {
+                    self.open_limits.remove(&key);
+                }
+                self.update_open_limits();
+            }
+            FindingKind::Unfair => {
+                let name = match (&f.group, &f.conn) {
+                    (Some(g), _) => group_key(g),
+                    (None, Some(c)) => group_key(&c.tuple.to_string()),
+                    (None, None) => "unknown".to_string(),
+                };
+                if f.ongoing {
+                    let e = &f.evidence;
+                    let streams =
+                        e.get("streams").and_then(|s| s.as_i64().or_else(|| s.as_array().map(|a| a.len() as i64)));
+                    let v = GroupValues {
+                        jain: ev_f64(e, &["jain", "jain_index", "fairness_index"]),
+                        even_split: ev_f64(e, &["even_split_efficiency"]),
+                        min_max: ev_f64(e, &["min_max_ratio"]),
+                        streams: streams.unwrap_or(0),
+                    };
+                    self.open_groups.insert(name, v);
+                } else {
+                    self.open_groups.remove(&name);
+                }
+                self.unfair_groups.set(self.open_groups.len() as i64);
+            }
+        }
+    }
+
+    fn update_open_stops(&self) {
+        for cause in STOP_CAUSES {
+            let n = self.open_stops.values().filter(|c| **c == cause).count();
+            self.stops_in_progress.get_or_create(&CauseLabels { cause }).set(n as i64);
+        }
+    }
+
+    fn update_open_limits(&self) {
+        for reason in LIMIT_REASONS {
+            let n = self.open_limits.iter().filter(|(_, r)| *r == reason).count();
+            self.limited.get_or_create(&ReasonLabels { reason }).set(n as i64);
+        }
+    }
+
+    /// Recompute per-connection, per-group and health series. Call periodically (about once a
+    /// second) with the table after applying events and the latest agent health.
+    pub fn refresh(&mut self, table: &ConnTable, health: &Health) {
+        // Findings of connections that closed (or were reaped) without an end report.
+        let live = |cookie: &u64| table.get(*cookie).is_some_and(|e| !e.closed);
+        let (ns, nl) = (self.open_stops.len(), self.open_limits.len());
+        self.open_stops.retain(|(c, _), _| live(c));
+        self.open_limits.retain(|(c, _)| live(c));
+        if ns != self.open_stops.len() {
+            self.update_open_stops();
+        }
+        if nl != self.open_limits.len() {
+            self.update_open_limits();
+        }
+
+        let mut budget = self.series_cap.saturating_sub(fixed_series() + self.health.refresh(health));
+        budget -= self.refresh_groups(budget);
+        let stopped: HashSet<u64> = self.open_stops.keys().map(|(c, _)| *c).collect();
+        self.conns.refresh(table, &stopped, budget / PER_CONN_SERIES);
+    }
+
+    /// Set the series of the most unfair groups that fit; returns the series used.
+    fn refresh_groups(&mut self, budget: usize) -> usize {
+        let n = self.open_groups.len().min(self.max_groups).min(budget / PER_GROUP_SERIES);
+        let mut groups: Vec<(&String, &GroupValues)> = self.open_groups.iter().collect();
+        groups.sort_by(|a, b| a.1.jain.total_cmp(&b.1.jain).then_with(|| a.0.cmp(b.0)));
+        groups.truncate(n);
+        let keep: HashSet<String> = groups.iter().map(|(g, _)| (*g).clone()).collect();
+        for gone in self.shown_groups.difference(&keep) {
+            let l = GroupLabels { group: gone.clone() };
+            self.group_fairness.remove(&l);
+            self.group_even_split.remove(&l);
+            self.group_min_max.remove(&l);
+            self.group_streams.remove(&l);
+        }
+        for (g, v) in groups {
+            let l = GroupLabels { group: g.clone() };
+            self.group_fairness.get_or_create(&l).set(v.jain);
+            self.group_even_split.get_or_create(&l).set(v.even_split);
+            self.group_min_max.get_or_create(&l).set(v.min_max);
+            self.group_streams.get_or_create(&l).set(v.streams);
+        }
+        self.shown_groups = keep;
+        n * PER_GROUP_SERIES
+    }
+}

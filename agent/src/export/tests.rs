@@ -1,0 +1,468 @@
+//! Tests of the metric set as a scrape sees it: format, series cap, churn, and the HTTP server.
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use super::config::{ExportConfig, TransferRule};
+use super::health::{Health, KernelCounters, ProgStats};
+use super::metrics::{fixed_series, min_series_cap, Metrics};
+use crate::model::{Body, ConnId, ConnTable, Event, Finding, FindingKind, Owner, Retrans, Rto, Snap, Tuple};
+
+pub(crate) fn scrape(r: &Registry) -> String {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, r).unwrap();
+    s
+}
+
+/// Sample lines (series) in a scrape.
+pub(crate) fn series(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect()
+}
+
+/// A strict-enough OpenMetrics check: every family has TYPE and HELP, every sample belongs to
+/// the family declared before it with a suffix its type allows, label sets are well formed,
+/// values parse, names are `tcpvigil_`, counters end in `_total`, and `# EOF` closes the text.
+pub(crate) fn check_openmetrics(text: &str) -> Result<(), String> {
+    let mut lines: Vec<&str> = text.lines().collect();
+    if lines.pop() != Some("# EOF") {
+        return Err("no # EOF at the end".into());
+    }
+    let (mut family, mut kind) = (String::new(), String::new());
+    let mut seen = BTreeSet::new();
+    for l in lines {
+        let meta = ["# TYPE ", "# HELP ", "# UNIT "].iter().find_map(|p| l.strip_prefix(p).map(|r| (*p, r)));
+        if let Some((what, rest)) = meta {
+            let (n, arg) = rest.split_once(' ').ok_or(format!("bad metadata line: {l}"))?;
+            if n != family {
+                if !seen.insert(n.to_string()) {
+                    return Err(format!("family {n} declared twice"));
+                }
+                if !n.starts_with("tcpvigil_") {
+                    return Err(format!("{n} lacks the tcpvigil_ prefix"));
+                }
+                (family, kind) = (n.to_string(), String::new());
+            }
+            if what == "# TYPE " {
+                kind = arg.to_string();
+            }
+            continue;
+        }
+        if l.starts_with('#') {
+            return Err(format!("unexpected comment: {l}"));
+        }
+        let (name_labels, value) = l.rsplit_once(' ').ok_or(format!("no value: {l}"))?;
+        value.parse::<f64>().map_err(|_| format!("bad value: {l}"))?;
+        let name = match name_labels.split_once('{') {
+            Some((n, labels)) => {
+                let labels = labels.strip_suffix('}').ok_or(format!("unclosed labels: {l}"))?;
+                check_labels(labels).map_err(|e| format!("{e}: {l}"))?;
+                n
+            }
+            None => name_labels,
+        };
+        if kind.is_empty() {
+            return Err(format!("family {family} has no TYPE"));
+        }
+        let suffix = name.strip_prefix(family.as_str()).ok_or(format!("{name} outside its family {family}"))?;
+        let allowed: &[&str] = match kind.as_str() {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "gauge" | "info" | "unknown" => &[""],
+            k => return Err(format!("unexpected type {k}")),
+        };
+        if !allowed.contains(&suffix) {
+            return Err(format!("{name} in {kind} family {family}"));
+        }
+    }
+    Ok(())
+}
+
+fn check_labels(s: &str) -> Result<(), String> {
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (k, v) = rest.split_once("=\"").ok_or("label without =\"")?;
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("bad label name {k:?}"));
+        }
+        let mut end = None;
+        let mut esc = false;
+        for (i, c) in v.char_indices() {
+            match (esc, c) {
+                (true, _) => esc = false,
+                (false, '\\') => esc = true,
+                (false, '"') => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or("unterminated label value")?;
+        rest = v[end + 1..].strip_prefix(',').unwrap_or(&v[end + 1..]);
+    }
+    Ok(())
+}
+
+pub(crate) fn conn(i: u32) -> ConnId {
+    // 1,000 peers, 10 connections each.
+    let peer = i % 1000;
+    let local: SocketAddr = format!("10.0.0.1:{}", 20000 + i).parse().unwrap();
+    let remote: SocketAddr = format!("10.{}.{}.1:5201", 1 + peer / 250, peer % 250).parse().unwrap();
+    ConnId { cookie: 1000 + i as u64, netns: 4026531840, tuple: Tuple { local, remote } }
+}
+
+pub(crate) fn snap(bytes: u64) -> Snap {
+    Snap {
+        cwnd: 100,
+        packets_out: 80,
+        sacked_out: 5,
+        srtt_us: 10_000,
+        mss: 1448,
+        rate_delivered: 100,
+        rate_interval_us: 10_000,
+        bytes_acked: bytes,
+        owner: Owner { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
+        ..Snap::default()
+    }
+}
+
+pub(crate) fn ev(ts_ns: u64, c: ConnId, body: Body) -> Event {
+    Event { ts_ns, conn: c, body }
+}
+
+/// Two snapshots per connection, one second apart; connection i moves i MB/s.
+pub(crate) fn feed(m: &mut Metrics, t: &mut ConnTable, n: u32) {
+    for round in 0..2u64 {
+        for i in 0..n {
+            let e = ev(
+                1_000_000_000 * (round + 1),
+                conn(i),
+                Body::Snapshot(snap((2 << 20) + round * i as u64 * 1_000_000)),
+            );
+            t.apply(&e);
+            m.on_event(&e);
+        }
+        m.refresh(t, &Health::default());
+    }
+}
+
+pub(crate) fn health() -> Health {
+    Health {
+        variants: vec![("sack_state".into(), "tp_btf/tcp_probe".into()), ("rto".into(), "sockops".into())],
+        programs: vec![ProgStats { name: "tcp_probe".into(), run_time_ns: 2_000_000_000, run_cnt: 10 }],
+        kernel: KernelCounters { ring_full: 3, samples: 100, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_idle_scrape_has_exactly_the_fixed_series_and_is_valid_openmetrics() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.refresh(&ConnTable::new(false), &Health::default());
+    let text = scrape(&r);
+    check_openmetrics(&text).unwrap();
+    assert_eq!(series(&text).len(), fixed_series() + super::health::FIXED_SERIES, "{text}");
+}
+
+#[test]
+fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
+    let cfg = ExportConfig {
+        transfers: vec![TransferRule { name: "bulk-a".into(), filter: ":5201".into() }],
+        ..ExportConfig::default()
+    };
+    let (mut m, r) = Metrics::new_registered(&cfg);
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 20);
+    let rtx = Retrans {
+        seq: 1,
+        end_seq: 2,
+        segs: 3,
+        sacked: 0x94,
+        ca_state: 4,
+        count: 2,
+        since_prev_ns: 0,
+        lost_retrans: true,
+        cwnd: 1,
+        ssthresh: 2,
+        packets_out: 3,
+        lost_out: 0,
+        sacked_out: 0,
+        retrans_out: 1,
+        snd_una: 1,
+    };
+    m.on_event(&ev(3, conn(1), Body::Retrans(rtx)));
+    m.on_event(&ev(
+        3,
+        conn(1),
+        Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 1 }),
+    ));
+    m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
+    m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
+    m.on_finding(&Finding {
+        group: Some("iperf3->10.1.0.1".into()),
+        evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    m.refresh(&t, &health());
+    let text = scrape(&r);
+    check_openmetrics(&text).unwrap();
+    for want in [
+        "tcpvigil_stops_total{cause=\"rto\"} 1",
+        "tcpvigil_stops_in_progress{cause=\"rto\"} 1",
+        "tcpvigil_retransmitted_segments_total 3",
+        "tcpvigil_lost_retransmissions_total 3",
+        "tcpvigil_retransmission_timeouts_total 1",
+        "tcpvigil_limited_connections{reason=\"rwnd_limited\"} 1",
+        "tcpvigil_unfair_groups 1",
+        "tcpvigil_group_fairness_index{group=\"iperf3->10.1.0.1\"} 0.61",
+        "tcpvigil_group_even_split_efficiency_ratio{group=\"iperf3->10.1.0.1\"} 0.45",
+        "tcpvigil_group_min_max_ratio{group=\"iperf3->10.1.0.1\"} 0.2",
+        "tcpvigil_dropped_records_total{stage=\"ring_buffer\"} 3",
+        "tcpvigil_hook_variant_info{need=\"sack_state\",variant=\"tp_btf/tcp_probe\"} 1",
+        "tcpvigil_bpf_prog_run_time_seconds_total{prog=\"tcp_probe\"} 2.0",
+        "tcpvigil_bpf_prog_runs_total{prog=\"tcp_probe\"} 10",
+        "tcpvigil_tracked_connections 20",
+        "tcpvigil_conn_goodput_bytes_per_second{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 19000000.0",
+        "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 0.01",
+        "tcpvigil_conn_in_flight_segments{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 75",
+        "tcpvigil_conn_stop_in_progress{conn=\"10.0.0.1:20001>10.1.1.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 1",
+        "tcpvigil_stop_duration_seconds_count{cause=\"rto\"} 0",
+    ] {
+        assert!(text.contains(want), "missing {want}\n{text}");
+    }
+}
+
+pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, duration_s: Option<f64>) -> Finding {
+    Finding {
+        ts_ns: 2_000_000_000,
+        kind,
+        conn: Some(conn(i)),
+        group: None,
+        start_ns: 1_500_000_000,
+        duration_s,
+        ongoing,
+        cause: cause.into(),
+        evidence: json!({}),
+    }
+}
+
+#[test]
+fn a_stop_is_counted_once_and_its_duration_observed_when_it_ends() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", true, None));
+    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", false, Some(4.2)));
+    m.on_finding(&finding(FindingKind::Stop, 2, "made_up_cause", false, Some(0.3)));
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stops_total{cause=\"cwnd_collapse\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{cause=\"unknown\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{cause=\"cwnd_collapse\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"5.0\",cause=\"cwnd_collapse\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"2.0\",cause=\"cwnd_collapse\"} 0\n"), "{text}");
+}
+
+#[test]
+fn series_cap_holds_with_10000_connections_to_1000_peers() {
+    for (top_k, cap) in [(50, 2000), (1000, 2000), (1000, min_series_cap())] {
+        let cfg = ExportConfig { top_k, series_cap: cap, ..ExportConfig::default() };
+        let (mut m, r) = Metrics::new_registered(&cfg);
+        let mut t = ConnTable::new(false);
+        feed(&mut m, &mut t, 10_000);
+        for i in 0..200 {
+            m.on_finding(&Finding {
+                group: Some(format!("g{i}")),
+                ..finding(FindingKind::Unfair, i, "unfair_streams", true, None)
+            });
+        }
+        m.refresh(&t, &health());
+        let text = scrape(&r);
+        let n = series(&text).len();
+        eprintln!("top_k={top_k} series_cap={cap}: {n} series for 10000 connections");
+        assert!(n <= cap, "{n} series > cap {cap}");
+        let longest = series(&text).iter().filter_map(|l| l.split_once('{')).map(|(_, l)| l.len()).max().unwrap_or(0);
+        assert!(longest < 120, "a label set of {longest} characters");
+        assert!(text.contains("tcpvigil_overflow_connections "));
+        check_openmetrics(&text).unwrap();
+        // The fastest connections are the ones shown.
+        if top_k == 50 {
+            assert!(text.contains("conn=\"10.0.0.1:29999>10.4.249.1:5201\""), "fastest not shown");
+            assert!(!text.contains("conn=\"10.0.0.1:20000>10.1.0.1:5201\""), "slowest shown");
+        }
+    }
+}
+
+#[test]
+fn closed_connections_series_go_away_and_the_count_returns_to_baseline() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    m.refresh(&t, &health());
+    let baseline = series(&scrape(&r)).len();
+    feed(&mut m, &mut t, 100);
+    m.refresh(&t, &health());
+    let busy = scrape(&r);
+    assert!(series(&busy).len() > baseline);
+    assert!(busy.contains("10.0.0.1:20099>"));
+    for i in 0..100 {
+        let e = ev(3_000_000_000, conn(i), Body::Close(snap(1 << 30)));
+        t.apply(&e);
+        m.on_event(&e);
+    }
+    m.refresh(&t, &health());
+    let after = scrape(&r);
+    assert!(!after.contains("10.0.0.1:"), "closed connection still exported:\n{after}");
+    assert_eq!(series(&after).len(), baseline);
+    t.reap(u64::MAX);
+    m.refresh(&t, &health());
+    assert_eq!(series(&scrape(&r)).len(), baseline);
+}
+
+#[test]
+fn churn_of_5000_short_connections_returns_the_series_count_to_baseline() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    m.refresh(&t, &health());
+    let baseline = series(&scrape(&r)).len();
+    let mut peak = 0;
+    for round in 0..50u32 {
+        let ts = |k: u64| (round as u64 * 10 + k) * 1_000_000_000;
+        for j in 0..100u32 {
+            let c = conn(round * 100 + j);
+            for (k, body) in [(1, Body::Snapshot(snap(2 << 20))), (2, Body::Snapshot(snap(4 << 20)))] {
+                let e = ev(ts(k), c, body);
+                t.apply(&e);
+                m.on_event(&e);
+            }
+        }
+        m.refresh(&t, &health());
+        peak = peak.max(series(&scrape(&r)).len());
+        for j in 0..100u32 {
+            let e = ev(ts(3), conn(round * 100 + j), Body::Close(snap(5 << 20)));
+            t.apply(&e);
+            m.on_event(&e);
+        }
+        m.refresh(&t, &health());
+        t.reap(ts(4));
+    }
+    m.refresh(&t, &health());
+    let after = scrape(&r);
+    eprintln!("churn: baseline {baseline} series, peak {peak}, after {}", series(&after).len());
+    assert!(peak > baseline);
+    assert_eq!(series(&after).len(), baseline, "{after}");
+    assert!(after.contains("tcpvigil_tracked_connections 0\n"));
+}
+
+#[test]
+fn health_counters_stay_monotonic_when_kernel_totals_restart() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let t = ConnTable::new(false);
+    let mut h = health();
+    h.channel_dropped = 10;
+    m.refresh(&t, &h);
+    h.channel_dropped = 4; // programs reloaded, totals restart
+    m.refresh(&t, &h);
+    assert!(scrape(&r).contains("tcpvigil_dropped_records_total{stage=\"channel\"} 14\n"));
+    h.programs.clear();
+    m.refresh(&t, &h);
+    assert!(!scrape(&r).contains("prog=\"tcp_probe\""));
+}
+
+#[test]
+fn exact_variant_counts_only_lost_retrans_events() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.set_exact_lost_retrans(true);
+    let rtx = Retrans {
+        seq: 1,
+        end_seq: 2,
+        segs: 2,
+        sacked: 0x94,
+        ca_state: 4,
+        count: 2,
+        since_prev_ns: 0,
+        lost_retrans: true,
+        cwnd: 1,
+        ssthresh: 2,
+        packets_out: 3,
+        lost_out: 0,
+        sacked_out: 0,
+        retrans_out: 1,
+        snd_una: 1,
+    };
+    m.on_event(&ev(1, conn(0), Body::Retrans(rtx.clone())));
+    assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 0\n"));
+    m.on_event(&ev(1, conn(0), Body::LostRetrans(rtx)));
+    assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 2\n"));
+}
+
+/// With TCPVIGIL_SCRAPE_OUT=FILE, write a busy scrape there for `promtool check metrics`
+/// (scripts/ci-export.sh does).
+#[test]
+fn a_busy_scrape_can_be_written_for_promtool() {
+    let Some(path) = std::env::var_os("TCPVIGIL_SCRAPE_OUT") else { return };
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 2000);
+    m.on_finding(&finding(FindingKind::Stop, 3, "rto", false, Some(2.5)));
+    m.on_finding(&Finding {
+        group: Some("g".into()),
+        evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    m.refresh(&t, &health());
+    let text = scrape(&r);
+    std::fs::write(&path, crate::export::http::to_prometheus_text(&text)).unwrap();
+    let mut om = path.clone();
+    om.push(".openmetrics");
+    std::fs::write(om, text).unwrap();
+}
+
+/// Every `tcpvigil_*` name the rules and dashboards use is a series a busy agent exports.
+#[test]
+fn rules_and_dashboards_use_only_exported_metric_names() {
+    let cfg = ExportConfig {
+        transfers: vec![TransferRule { name: "t".into(), filter: ":5201".into() }],
+        ..ExportConfig::default()
+    };
+    let (mut m, r) = Metrics::new_registered(&cfg);
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 10);
+    m.on_finding(&Finding {
+        group: Some("g".into()),
+        evidence: json!({"jain": 0.7}),
+        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+    });
+    let mut h = health();
+    h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
+    m.refresh(&t, &h);
+    let text = crate::export::http::to_prometheus_text(&scrape(&r));
+    let exported: BTreeSet<&str> = series(&text).iter().map(|l| l.split(['{', ' ']).next().unwrap_or("")).collect();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for file in
+        ["deploy/prometheus/tcpvigil.rules.yml", "dashboards/tcpvigil-fleet.json", "dashboards/tcpvigil-drilldown.json"]
+    {
+        let src = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+        let bytes = src.as_bytes();
+        let mut i = 0;
+        while let Some(off) = src[i..].find("tcpvigil_") {
+            let start = i + off;
+            let end = start
+                + src[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(src.len() - start);
+            let name = &src[start..end];
+            // Recording-rule names (`level:metric:op`) are not exported names.
+            let in_rule_name = start > 0 && bytes[start - 1] == b':' || bytes.get(end) == Some(&b':');
+            if !in_rule_name {
+                let ok = exported.contains(name)
+                    || exported
+                        .iter()
+                        .any(|e| e.strip_prefix(name).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)));
+                assert!(ok, "{file} uses {name}, which the agent does not export");
+            }
+            i = end;
+        }
+    }
+}
+
+#[test]
+fn the_default_cap_is_valid_config() {
+    assert!(ExportConfig::default().series_cap >= min_series_cap());
+}

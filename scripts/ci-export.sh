@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# Checks of the export side: metrics format (promtool check metrics, OpenMetrics parser),
+# Prometheus rules (promtool check/test rules), the systemd unit (systemd-analyze verify and
+# security), the dashboards (generated = committed; Grafana's dashboard linter or its port).
+# Installs what it needs (Debian packages, Go modules, a PyPI package in a venv) when run as
+# root; otherwise a missing tool is a loud skip, and under CI=true a failure.
+#
+#   scripts/ci-export.sh            # everything
+#   EXPOSURE_MAX=3.0 scripts/ci-export.sh
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+EXPOSURE_MAX=${EXPOSURE_MAX:-3.0}
+failures=0
+passed=0
+
+say() { printf '\n== %s\n' "$*"; }
+ok() { passed=$((passed + 1)); printf 'ok: %s\n' "$*"; }
+fail() { failures=$((failures + 1)); printf 'FAILED: %s\n' "$*" >&2; }
+skip() {
+	if [[ "${CI:-}" == "true" ]]; then
+		fail "cannot run under CI: $*"
+	else
+		printf 'SKIPPED (not CI): %s\n' "$*" >&2
+	fi
+}
+
+apt_updated=0
+apt_install() { # apt_install COMMAND PACKAGE
+	command -v "$1" >/dev/null 2>&1 && return 0
+	if [[ $(id -u) -ne 0 ]]; then
+		return 1
+	fi
+	if [[ $apt_updated -eq 0 ]]; then
+		apt-get update -qq >/dev/null
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+	command -v "$1" >/dev/null 2>&1
+}
+
+# --- Metrics: unit tests, then the text a scrape returns through promtool and a strict
+# OpenMetrics parser. -----------------------------------------------------------------------
+say "cargo test -p tcpvigil --lib export"
+if TCPVIGIL_SCRAPE_OUT="$work/scrape.txt" cargo test -q -p tcpvigil --lib export; then
+	ok "export unit tests"
+else
+	fail "export unit tests"
+fi
+
+say "promtool check metrics"
+if apt_install promtool prometheus; then
+	if [[ -s "$work/scrape.txt" ]] && promtool check metrics <"$work/scrape.txt"; then
+		ok "promtool check metrics ($(grep -vc '^#' "$work/scrape.txt") series)"
+	else
+		fail "promtool check metrics"
+	fi
+else
+	skip "promtool (Debian package prometheus) is not installed and this is not root"
+fi
+
+say "OpenMetrics parser (Python prometheus_client)"
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/tcpvigil-ci-venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+	python3 -m venv "$venv" >/dev/null 2>&1 || true
+fi
+if [[ -x "$venv/bin/python" ]] && { "$venv/bin/python" -c 'import prometheus_client' 2>/dev/null ||
+	"$venv/bin/pip" install -q 'prometheus-client>=0.20' >/dev/null 2>&1; }; then
+	if [[ -s "$work/scrape.txt.openmetrics" ]] && "$venv/bin/python" - "$work/scrape.txt.openmetrics" <<'EOF'; then
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(open(sys.argv[1]).read()))
+bad = [f.name for f in fams if not f.name.startswith("tcpvigil_")]
+assert not bad, bad
+print(f"{len(fams)} families, {sum(len(f.samples) for f in fams)} samples parsed")
+EOF
+		ok "OpenMetrics text parses"
+	else
+		fail "OpenMetrics text does not parse"
+	fi
+else
+	skip "python3 venv with prometheus-client (PyPI) unavailable"
+fi
+
+# --- Prometheus rules ------------------------------------------------------------------------
+say "promtool check/test rules"
+if command -v promtool >/dev/null 2>&1; then
+	if promtool check rules deploy/prometheus/tcpvigil.rules.yml &&
+		promtool check config deploy/prometheus/prometheus.yml &&
+		promtool test rules deploy/prometheus/tests/*.yml; then
+		ok "rules: check and $(ls deploy/prometheus/tests/*.yml | wc -l) unit-test files"
+	else
+		fail "promtool rules"
+	fi
+else
+	skip "promtool not installed"
+fi
+
+# --- A real Prometheus scraping a synthetic agent: every rule and dashboard expression must
+# return data, and the stop alert must fire. ---------------------------------------------------
+say "real Prometheus against a synthetic agent"
+if command -v prometheus >/dev/null 2>&1 || apt_install prometheus prometheus; then
+	read -r agent_port prom_port < <(python3 -c '
+import socket
+ps = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ps.append(s)
+print(*[s.getsockname()[1] for s in ps])')
+	cat >"$work/prometheus.yml" <<PROM_EOF
+global: { scrape_interval: 1s, evaluation_interval: 1s }
+rule_files: ["$root/deploy/prometheus/tcpvigil.rules.yml"]
+scrape_configs:
+  - job_name: tcpvigil
+    static_configs: [ { targets: ["127.0.0.1:$agent_port"] } ]
+PROM_EOF
+	# Its own process group, so that stopping it also stops the test binary cargo runs.
+	TCPVIGIL_SERVE_ADDR="127.0.0.1:$agent_port" TCPVIGIL_SERVE_SECS=50 setsid \
+		cargo test -q -p tcpvigil --lib export::tests_http::serve_synthetic_metrics_for_prometheus -- --exact \
+		>"$work/agent.log" 2>&1 &
+	agent_pid=$!
+	prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+		--web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
+	prom_pid=$!
+	if python3 - "$prom_port" "$root" <<'PY_EOF'; then
+import json, re, sys, time, urllib.parse, urllib.request
+port, root = sys.argv[1], sys.argv[2]
+base = f"http://127.0.0.1:{port}/api/v1/"
+
+def get(path, **q):
+    url = base + path + ("?" + urllib.parse.urlencode(q) if q else "")
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]
+
+deadline = time.time() + 120  # the test binary may need building first
+while True:  # until the target is up
+    try:
+        if any(t["health"] == "up" for t in get("targets")["activeTargets"]):
+            break
+    except Exception:
+        pass
+    if time.time() > deadline:
+        sys.exit("the synthetic agent never came up")
+    time.sleep(1)
+time.sleep(32)  # pending -> firing of the stop alert (for: 10s), two 15 s rule evaluations
+
+subst = {"$job": "tcpvigil", "$instance": ".+", "$transfer": ".*", "$conn": ".+", "$__rate_interval": "10s"}
+exprs = []
+for name in ("tcpvigil-fleet.json", "tcpvigil-drilldown.json"):
+    d = json.load(open(f"{root}/dashboards/{name}"))
+    for p in d["panels"]:
+        for t in p.get("targets", []):
+            e = t["expr"]
+            for k, v in subst.items():
+                e = e.replace(k, v)
+            exprs.append((f"{name}: {p['title']}", e))
+rules = open(f"{root}/deploy/prometheus/tcpvigil.rules.yml").read()
+for rec in re.findall(r"- record: (\S+)", rules):
+    exprs.append(("recording rule", rec))
+bad = 0
+for where, e in exprs:
+    if not get("query", query=e)["result"]:
+        bad += 1
+        print(f"NO DATA: {where}: {e}")
+print(f"{len(exprs) - bad} of {len(exprs)} dashboard and recording-rule expressions returned data")
+alerts = {a["labels"]["alertname"]: a["state"] for a in get("alerts")["alerts"]}
+print("alerts:", alerts)
+if alerts.get("TcpvigilCommunicationStop") != "firing":
+    bad += 1
+    print("TcpvigilCommunicationStop is not firing")
+for pending in ("TcpvigilUnfairGroup", "TcpvigilBufferLimited", "TcpvigilDroppingData"):
+    if alerts.get(pending) != "pending":
+        bad += 1
+        print(f"{pending} is not pending")
+sys.exit(1 if bad else 0)
+PY_EOF
+		ok "real Prometheus: expressions return data, stop alert fires"
+	else
+		tail -n 5 "$work/prometheus.log" "$work/agent.log" >&2 || true
+		fail "real Prometheus end-to-end"
+	fi
+	kill "$prom_pid" 2>/dev/null || true
+	kill -- "-$agent_pid" 2>/dev/null || kill "$agent_pid" 2>/dev/null || true
+	wait "$prom_pid" "$agent_pid" 2>/dev/null || true
+else
+	skip "prometheus (Debian package) not installed"
+fi
+
+# --- systemd unit ------------------------------------------------------------------------------
+say "systemd-analyze verify / security"
+if apt_install systemd-analyze systemd; then
+	unit=deploy/systemd/tcpvigil.service
+	# verify insists that ExecStart's binary exists: use the installed one, else a stub at
+	# the same name in a temporary directory (only that path differs from the shipped unit).
+	if [[ -x /usr/local/bin/tcpvigil ]]; then
+		cp "$unit" "$work/tcpvigil.service"
+	else
+		printf '#!/bin/sh\nexit 0\n' >"$work/tcpvigil" && chmod +x "$work/tcpvigil"
+		sed "s#/usr/local/bin/tcpvigil#$work/tcpvigil#g" "$unit" >"$work/tcpvigil.service"
+	fi
+	if systemd-analyze verify "$work/tcpvigil.service"; then
+		ok "systemd-analyze verify"
+	else
+		fail "systemd-analyze verify"
+	fi
+	if systemd-analyze security --offline=yes "$work/tcpvigil.service" >"$work/security.txt" 2>&1; then :; fi
+	score=$(sed -n 's/.*Overall exposure level for tcpvigil.service: \([0-9.]*\).*/\1/p' "$work/security.txt")
+	if [[ -n "$score" ]] && awk -v s="$score" -v m="$EXPOSURE_MAX" 'BEGIN { exit !(s <= m) }'; then
+		ok "systemd-analyze security: exposure $score (at most $EXPOSURE_MAX)"
+	else
+		cat "$work/security.txt" >&2
+		fail "systemd-analyze security: exposure '${score:-?}' above $EXPOSURE_MAX"
+	fi
+else
+	skip "systemd-analyze not installed"
+fi
+
+# --- Dashboards ------------------------------------------------------------------------------
+say "dashboards: generated = committed"
+cp dashboards/tcpvigil-*.json "$work/"
+python3 dashboards/gen.py
+if cmp -s dashboards/tcpvigil-fleet.json "$work/tcpvigil-fleet.json" &&
+	cmp -s dashboards/tcpvigil-drilldown.json "$work/tcpvigil-drilldown.json"; then
+	ok "dashboards match dashboards/gen.py"
+else
+	git --no-pager diff --stat -- dashboards/ || true
+	fail "dashboards/*.json differ from what dashboards/gen.py generates"
+fi
+
+say "dashboards: lint --strict"
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+if command -v go >/dev/null 2>&1; then
+	boards=(dashboards/tcpvigil-fleet.json dashboards/tcpvigil-drilldown.json)
+	if command -v dashboard-linter >/dev/null 2>&1 || go install github.com/grafana/dashboard-linter@latest >"$work/go-install.log" 2>&1; then
+		lint_ok=1
+		for b in "${boards[@]}"; do
+			dashboard-linter lint --strict "$b" || lint_ok=0
+		done
+		if [[ $lint_ok -eq 1 ]]; then ok "dashboard-linter lint --strict"; else fail "dashboard-linter"; fi
+	else
+		echo "dashboard-linter cannot be installed here ($(grep -m1 -o '40[0-9][^.]*' "$work/go-install.log" || echo 'see go install output'));"
+		echo "running its port, dashboards/lint (see dashboards/README.md)"
+		if (cd dashboards/lint && go run . --strict "${boards[@]/#dashboards/..}"); then
+			ok "dashboards/lint --strict (port of dashboard-linter's rules)"
+		else
+			fail "dashboards/lint"
+		fi
+	fi
+else
+	skip "go not installed"
+fi
+
+printf '\nci-export: %d passed, %d failed\n' "$passed" "$failures"
+[[ $failures -eq 0 ]]
