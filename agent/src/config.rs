@@ -69,8 +69,9 @@ impl BpfConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    pub bpf: BpfConfig,
+    pub export: crate::export::ExportConfig,
     pub detect: crate::detect::DetectConfig,
+    pub bpf: BpfConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +104,8 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), String> {
         self.bpf.validate()?;
-        self.detect.validate()
+        self.detect.validate()?;
+        self.export.validate().map_err(|e| e.to_string())
     }
 }
 
@@ -114,6 +116,17 @@ mod tests {
     #[test]
     fn empty_file_gives_the_defaults() {
         assert_eq!(Config::parse("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn the_shipped_config_file_is_the_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tcpvigil.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        assert_eq!(Config::parse(&text, path).unwrap(), Config::default());
+        let shown = toml::to_string(&Config::default()).unwrap();
+        for line in shown.lines().filter(|l| l.contains(" = ") && !l.contains('[')) {
+            assert!(text.contains(line), "deploy/tcpvigil.toml lacks `{line}`");
+        }
     }
 
     #[test]

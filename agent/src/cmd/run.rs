@@ -2,13 +2,19 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
-use tcpvigil::bpf::agent::Agent;
-use tcpvigil::bpf::variants::{capture_libbpf_log, choose};
+use anyhow::{Context, Result};
+use tcpvigil::bpf::agent::{Agent, Counters};
+use tcpvigil::bpf::variants::{capture_libbpf_log, choose, Prog};
 use tcpvigil::config::Config;
-use tcpvigil::model::ConnTable;
+use tcpvigil::detect::Detectors;
+use tcpvigil::export::events::monotonic_to_wall_offset_ns;
+use tcpvigil::export::health::{KernelCounters, ProgStats};
+use tcpvigil::export::{EventsTarget, EventsWriter, Health, HttpServer, Metrics, WebConfig};
+use tcpvigil::model::{ConnTable, Finding};
 
 use super::common::*;
 use super::notify::notify;
@@ -21,17 +27,27 @@ pub struct Args {
     /// Validate the configuration and exit (0 good, 2 bad) without loading anything.
     #[arg(long)]
     check_config: bool,
-    /// Address for /metrics and /healthz (default from the config: 127.0.0.1:9977).
+    /// Address for /metrics and /healthz (overrides export.listen; default 127.0.0.1:9977).
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Write findings as JSON lines to this file ("-" for stdout).
+    /// Write findings as JSON lines to this file ("-" for stdout; overrides export.events).
     #[arg(long)]
-    events: Option<PathBuf>,
+    events: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let cfg = match Config::load(a.config.as_deref()) {
+    let mut cfg = match Config::load(a.config.as_deref()) {
         Ok(c) => c,
+        Err(e) => return Ok(usage(e)),
+    };
+    if let Some(l) = a.listen {
+        cfg.export.listen = l;
+    }
+    if let Some(e) = &a.events {
+        cfg.export.events = Some(e.clone());
+    }
+    let web = match cfg.export.web_config.as_deref().map(WebConfig::load).transpose() {
+        Ok(w) => w,
         Err(e) => return Ok(usage(e)),
     };
     if a.check_config {
@@ -51,16 +67,64 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(daemon(agent, cfg, a))
+    rt.block_on(daemon(agent, cfg, web, a.config))
 }
 
-async fn daemon(mut agent: Agent, _cfg: Config, _a: Args) -> Result<ExitCode> {
-    let exact = agent.variants.uses(tcpvigil::bpf::variants::Prog::MarkLost);
+fn health(agent: &Agent, events_errors: u64) -> Health {
+    let c: &Counters = &agent.counters;
+    let k = c.kernel.lock().map(|k| k.clone()).unwrap_or_default();
+    let at = |i: usize| k.get(i).copied().unwrap_or(0);
+    Health {
+        variants: agent.variants.pairs(),
+        programs: c
+            .prog_stats
+            .lock()
+            .map(|v| v.iter().map(|(n, t, r)| ProgStats { name: n.clone(), run_time_ns: *t, run_cnt: *r }).collect())
+            .unwrap_or_default(),
+        kernel: KernelCounters {
+            ring_full: at(0),
+            storage_fail: at(1),
+            rtx_map_full: at(2),
+            opt_read_fail: at(3),
+            seq_write_fail: at(4),
+            samples: at(5),
+            events: at(6),
+        },
+        maps: Vec::new(),
+        channel_dropped: c.channel_dropped.load(Ordering::Relaxed),
+        decode_errors: c.decode_errors.load(Ordering::Relaxed),
+        events_write_errors: events_errors,
+        ..Default::default()
+    }
+}
+
+async fn daemon(mut agent: Agent, cfg: Config, web: Option<WebConfig>, cfg_path: Option<PathBuf>) -> Result<ExitCode> {
+    let exact = agent.variants.uses(Prog::MarkLost);
     let mut table = ConnTable::new(exact);
+    let mut detectors = Detectors::new(&cfg.detect);
+    let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
+    metrics.set_exact_lost_retrans(exact);
+    let offset = monotonic_to_wall_offset_ns();
+    let mut events = match &cfg.export.events {
+        Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
+        None => None,
+    };
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = HttpServer::bind(cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
+    let http = server.handle();
+    tracing::info!("serving /metrics and /healthz on {}", server.local_addr());
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server_task = tokio::spawn(server.run(async {
+        let _ = http_stopped.await;
+    }));
+
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let mut reap = tokio::time::interval(Duration::from_secs(5));
+    let mut refresh = tokio::time::interval(Duration::from_secs(1));
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let stop = interrupted();
     tokio::pin!(stop);
+    let mut found: Vec<Finding> = Vec::new();
+    ready.store(true, Ordering::SeqCst);
     notify("READY=1");
     tracing::info!("tcpvigil running");
     loop {
@@ -68,17 +132,44 @@ async fn daemon(mut agent: Agent, _cfg: Config, _a: Args) -> Result<ExitCode> {
             ev = agent.events.recv() => {
                 let Some(ev) = ev else { break };
                 table.apply(&ev);
+                metrics.on_event(&ev);
+                detectors.observe(&ev, &table, &mut found);
             }
-            _ = tick.tick() => {}
-            _ = reap.tick() => {
-                let now = mono_now_ns();
-                table.reap(now.saturating_sub(10_000_000_000));
+            _ = tick.tick() => detectors.tick(mono_now_ns(), &table, &mut found),
+            _ = refresh.tick() => {
+                let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
+                metrics.refresh(&table, &health(&agent, errors));
+                table.reap(mono_now_ns().saturating_sub(10_000_000_000));
+            }
+            _ = hup.recv() => {
+                notify("RELOADING=1");
+                if let Err(e) = http.reload(cfg.export.web_config.as_deref()) {
+                    tracing::warn!("web config reload failed, keeping the old one: {e}");
+                }
+                if let Some(e) = events.as_mut() {
+                    if let Err(err) = e.reopen() {
+                        tracing::warn!("reopening the events file: {err}");
+                    }
+                }
+                tracing::info!("reloaded (config file {:?}: detector and hook settings need a restart)", cfg_path);
+                notify("READY=1");
             }
             _ = &mut stop => break,
+        }
+        for f in found.drain(..) {
+            let owner = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.owner.clone());
+            tracing::info!(kind = ?f.kind, cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
+            metrics.on_finding(&f);
+            if let Some(e) = events.as_mut() {
+                e.write(&f, owner.as_ref());
+            }
         }
     }
     notify("STOPPING=1");
     tracing::info!("tcpvigil stopping");
+    ready.store(false, Ordering::SeqCst);
+    let _ = stop_http.send(());
+    let _ = server_task.await;
     agent.stop();
     Ok(ExitCode::SUCCESS)
 }
