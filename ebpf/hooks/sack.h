@@ -29,6 +29,32 @@ static __always_inline void tv_emit_sample(struct sock *sk, struct tcp_sock *tp,
 	tv_count(TV_ST_SAMPLES);
 }
 
+/* The state an ACK of everything outstanding leaves behind, reported before tcp_ack() runs. */
+static __always_inline void tv_emit_drained(struct sock *sk, struct tcp_sock *tp, struct tcp_skb_cb *cb, __u64 now)
+{
+	struct tv_sample *s = bpf_ringbuf_reserve(&tv_events, sizeof(*s), 0);
+	if (!s) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_SAMPLE, sizeof(*s), now);
+	tv_fill_sample(s, tp);
+	__u32 ack = BPF_CORE_READ(cb, ack_seq);
+	s->bytes_acked += ack - s->snd_una;
+	s->write_queue -= ack - s->snd_una;
+	s->snd_una = ack;
+	s->ack_seq = ack;
+	s->packets_out = s->lost_out = s->sacked_out = s->retrans_out = s->in_flight = 0;
+	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+		s->sack[i] = 0;
+	s->nsack = 0;
+	s->src = TV_SRC_PROBE;
+	s->flags = 0;
+	s->_pad = 0;
+	bpf_ringbuf_submit(s, 0);
+	tv_count(TV_ST_SAMPLES);
+}
+
 /* Whether this connection gets a sample for the current ACK. */
 static __always_inline int tv_sample_due(struct tv_sk *st, struct tv_config *cfg, struct tcp_sock *tp, __u64 now)
 {
@@ -85,8 +111,18 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		if (!cfg->bulk_interval_ns)
 			return 0;
 		now = bpf_ktime_get_ns();
-		if (now - st->last_sample_ns < cfg->bulk_interval_ns)
+		if (now - st->last_sample_ns < cfg->bulk_interval_ns) {
+			/* An ACK that empties the pipe may be the last one for a while: report
+			 * the drained state now, or a quiet sender would look stopped. */
+			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+			struct tcp_sock *t = bpf_skc_to_tcp_sock(sk);
+			if (!t || BPF_CORE_READ(cb, ack_seq) != t->snd_nxt || t->snd_una == t->snd_nxt ||
+			    t->bytes_acked < cfg->bulk_min_bytes)
+				return 0;
+			tv_emit_drained(sk, t, cb, now);
+			st->last_sample_ns = now;
 			return 0;
+		}
 	}
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)

@@ -37,12 +37,21 @@ pub struct Counters {
 pub const KERNEL_STAT_NAMES: [&str; 7] =
     ["ringbuf_full", "storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail", "samples", "events"];
 
+/// What the owner thread hands to the daemon, in order.
+#[derive(Debug)]
+pub enum Msg {
+    Event(Event),
+    /// The ring buffer was empty at this CLOCK_MONOTONIC time: every record up to it was sent.
+    /// Detectors tick on this, not on wall time, so a busy reader cannot fake a stop.
+    Drained(u64),
+}
+
 enum Ctl {
     Select { all: bool, rules: Vec<Rule> },
 }
 
 pub struct Agent {
-    pub events: mpsc::Receiver<Event>,
+    pub events: mpsc::Receiver<Msg>,
     pub counters: Arc<Counters>,
     pub variants: Variants,
     ctl: std_mpsc::Sender<Ctl>,
@@ -122,7 +131,7 @@ fn owner(
     settings: Settings,
     variants: Variants,
     bpf_stats: bool,
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<Msg>,
     ctl: std_mpsc::Receiver<Ctl>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
@@ -135,7 +144,7 @@ fn owner(
 
     let push = |ev: Event, c: &Counters| {
         c.events.fetch_add(1, Ordering::Relaxed);
-        if tx.try_send(ev).is_err() {
+        if tx.try_send(Msg::Event(ev)).is_err() {
             c.channel_dropped.fetch_add(1, Ordering::Relaxed);
         }
     };
@@ -165,6 +174,9 @@ fn owner(
                 tracing::warn!("ring buffer poll: {e}");
             }
         }
+        // Read the clock after draining: everything stamped before it has been handed over.
+        let _ = rb.consume();
+        let _ = tx.try_send(Msg::Drained(mono_ns()));
         while let Ok(Ctl::Select { all, rules }) = ctl.try_recv() {
             if let Err(e) = set_selection(&loaded.skel, &mut loaded.cfg, all, &rules) {
                 tracing::warn!("updating the selection: {e:#}");
@@ -192,6 +204,12 @@ fn owner(
     drop(rb);
     drop(loaded);
     Ok(())
+}
+
+fn mono_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use tcpvigil::bpf::agent::{Agent, KERNEL_STAT_NAMES};
+use tcpvigil::bpf::agent::{Agent, Msg, KERNEL_STAT_NAMES};
 use tcpvigil::bpf::load::Settings;
 use tcpvigil::bpf::variants::{capture_libbpf_log, choose};
 use tcpvigil::model::{Body, Filter};
@@ -120,8 +120,12 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
     );
     loop {
         tokio::select! {
-            ev = agent.events.recv() => {
-                let Some(ev) = ev else { break };
+            msg = agent.events.recv() => {
+                let ev = match msg {
+                    Some(Msg::Event(ev)) => ev,
+                    Some(Msg::Drained(_)) => continue,
+                    None => break,
+                };
                 if !filters.is_empty() && !filters.iter().any(|f| f.matches(&ev.conn)) {
                     continue;
                 }
@@ -138,7 +142,8 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
     }
     agent.stop();
     // Events decoded before the thread stopped are still in the channel.
-    while let Ok(ev) = agent.events.try_recv() {
+    while let Ok(msg) = agent.events.try_recv() {
+        let Msg::Event(ev) = msg else { continue };
         if filters.is_empty() || filters.iter().any(|f| f.matches(&ev.conn)) {
             *by_type.entry(kind_name(&ev.body)).or_default() += 1;
             conns.insert(ev.conn.cookie);

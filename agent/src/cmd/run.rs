@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tcpvigil::bpf::agent::{Agent, Counters};
+use tcpvigil::bpf::agent::{Agent, Counters, Msg};
 use tcpvigil::bpf::variants::{capture_libbpf_log, choose, Prog};
 use tcpvigil::config::Config;
 use tcpvigil::detect::Detectors;
@@ -118,7 +118,6 @@ async fn daemon(mut agent: Agent, cfg: Config, web: Option<WebConfig>, cfg_path:
         let _ = http_stopped.await;
     }));
 
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
     let mut refresh = tokio::time::interval(Duration::from_secs(1));
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let stop = interrupted();
@@ -129,13 +128,16 @@ async fn daemon(mut agent: Agent, cfg: Config, web: Option<WebConfig>, cfg_path:
     tracing::info!("tcpvigil running");
     loop {
         tokio::select! {
-            ev = agent.events.recv() => {
-                let Some(ev) = ev else { break };
-                table.apply(&ev);
-                metrics.on_event(&ev);
-                detectors.observe(&ev, &table, &mut found);
-            }
-            _ = tick.tick() => detectors.tick(mono_now_ns(), &table, &mut found),
+            msg = agent.events.recv() => match msg {
+                Some(Msg::Event(ev)) => {
+                    table.apply(&ev);
+                    metrics.on_event(&ev);
+                    detectors.observe(&ev, &table, &mut found);
+                }
+                // Time advances only as far as the kernel's records have been read.
+                Some(Msg::Drained(t)) => detectors.tick(t, &table, &mut found),
+                None => break,
+            },
             _ = refresh.tick() => {
                 let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
                 metrics.refresh(&table, &health(&agent, errors));

@@ -59,6 +59,8 @@ struct Evidence {
     min_cwnd: Option<u32>,
     ca_states: BTreeSet<u8>,
     zero_window: bool,
+    /// Timeouts that fired before anything was delivered in this stop.
+    silent_rtos: u32,
     /// Observations that showed some (slow) progress, and the bytes they delivered.
     acks: u32,
     delivered: u64,
@@ -81,6 +83,10 @@ struct Conn {
     active: Option<u64>,
     /// Recent (time of ACK, bytes acked) points, two seconds at most.
     hist: std::collections::VecDeque<(u64, u64)>,
+    /// Delivery was seen healthy at least once (a baseline exists).
+    seen_healthy: bool,
+    /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
+    closing: bool,
 }
 
 impl Conn {
@@ -98,6 +104,8 @@ impl Conn {
             ev: Evidence::default(),
             active: None,
             hist: Default::default(),
+            seen_healthy: false,
+            closing: false,
         }
     }
 
@@ -136,6 +144,7 @@ impl Conn {
             return;
         }
         self.acked = acked;
+        self.seen_healthy = true;
         match self.active {
             // Delivered before the silence began (seen late by a snapshot): the stop goes on.
             Some(_) if obs.saturating_sub(ack_ts) > cfg.threshold_ns(self.srtt_us) => self.anchor.1 = acked,
@@ -157,7 +166,7 @@ impl Conn {
         let e = &self.ev;
         if e.zero_window || self.snd_wnd_zero {
             "zero_window"
-        } else if e.rtos >= cfg.silent_rtos && e.delivered == 0 {
+        } else if e.silent_rtos >= cfg.silent_rtos {
             "path_silent"
         } else if e.lost_retrans > 0 && e.max_lost_delay_ns > 2 * self.srtt_us as u64 * 1000 {
             "lost_retransmit"
@@ -237,7 +246,7 @@ impl StopDetector {
                 let healthy_before = c.active.is_none();
                 c.progress(cfg, ev.ts_ns, ev.ts_ns, s.bytes_acked, out);
                 let r = s.delivery_rate_bps();
-                if healthy_before && c.active.is_none() && r > 0.0 && c.ev.acks > 0 {
+                if healthy_before && c.active.is_none() && r > 0.0 {
                     c.rate_bps = if c.rate_bps == 0.0 { r } else { 0.8 * c.rate_bps + 0.2 * r };
                 }
             }
@@ -268,6 +277,9 @@ impl StopDetector {
             }
             Body::Rto(r) => {
                 c.ev.rtos += 1;
+                if c.ev.delivered == 0 {
+                    c.ev.silent_rtos += 1;
+                }
                 c.ev.max_backoff = c.ev.max_backoff.max(r.backoff);
                 c.ev.rto_wait_us += r.rto_us as u64;
                 c.ev.ca_states.insert(CA_LOSS);
@@ -282,7 +294,16 @@ impl StopDetector {
                     out.push(c.finding(cfg, ev.ts_ns, start, Some(ev.ts_ns)));
                 }
             }
-            Body::State(_) | Body::Owner(_) => {}
+            Body::State(st) => {
+                const ESTABLISHED: u8 = 1;
+                c.closing = st.new != ESTABLISHED;
+                if c.closing {
+                    if let Some(start) = c.active.take() {
+                        out.push(c.finding(cfg, ev.ts_ns, start, Some(ev.ts_ns)));
+                    }
+                }
+            }
+            Body::Owner(_) => {}
         }
     }
 
@@ -290,7 +311,7 @@ impl StopDetector {
         let cfg = &self.cfg;
         self.conns.retain(|_, c| !c.closed);
         for c in self.conns.values_mut() {
-            if !c.outstanding {
+            if !c.outstanding || c.closing || !c.seen_healthy {
                 // Nothing to send is not a stop: an idle connection starts afresh.
                 if c.active.is_none() {
                     c.anchor = (now, c.acked);

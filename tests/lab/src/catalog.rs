@@ -1,0 +1,201 @@
+//! The named scenarios, each scaled to run in 5-30 s on a 2-core machine, with the diagnosis the agent should make.
+use crate::bpf::RetxDrop;
+use crate::error::{LabError, Result};
+use crate::lab::LabConfig;
+use crate::path::{Dir, PathConfig, Police, Shape};
+use crate::plain::{Pause, PlainSpec};
+use crate::scenario::{Event, Scenario};
+use crate::topo::TopoConfig;
+use crate::traffic::{IperfFlow, Traffic};
+use crate::truth::Expected;
+
+/// Every scenario name, in `lab list` order.
+pub const NAMES: &[&str] = &[
+    "clean",
+    "policer-burst",
+    "parallel-4",
+    "parallel-4-staggered",
+    "lfn-buffer",
+    "tail-loss-rto",
+    "no-sack",
+    "outage",
+    "lost-retransmit",
+    "zero-window",
+];
+
+fn kv(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+fn shaped(rtt_ms: f64, rate_mbit: f64, limit_bytes: Option<u64>) -> PathConfig {
+    let mut p = PathConfig::with_rtt(rtt_ms);
+    p.forward.shape = Some(Shape { rate_mbit, burst_bytes: None, limit_bytes });
+    p
+}
+
+fn lab(senders: usize, path: PathConfig) -> LabConfig {
+    LabConfig { topo: TopoConfig { senders, ..TopoConfig::default() }, path, trim_delay: true, ..LabConfig::default() }
+}
+
+fn one_flow(duration_s: f64) -> Traffic {
+    Traffic::Iperf {
+        flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }],
+        duration_s,
+        bytes: None,
+        cc: None,
+    }
+}
+
+fn base(name: &str, summary: &str, paper: Option<&str>, doc: &str, lab: LabConfig, traffic: Traffic) -> Scenario {
+    Scenario {
+        name: name.into(),
+        summary: summary.into(),
+        paper: paper.map(str::to_string),
+        doc: doc.into(),
+        lab,
+        traffic,
+        events: Vec::new(),
+        expected: Vec::new(),
+    }
+}
+
+/// Big socket buffers on both ends, so windows are limited by the path, not the hosts.
+fn big_buffers(l: &mut LabConfig, max: u64) {
+    l.sender_sysctls.push(kv("net.ipv4.tcp_wmem", &format!("4096 16384 {max}")));
+    l.sender_sysctls.push(kv("net.core.wmem_max", &max.to_string()));
+    l.receiver_sysctls.push(kv("net.ipv4.tcp_rmem", &format!("4096 131072 {max}")));
+    l.receiver_sysctls.push(kv("net.core.rmem_max", &max.to_string()));
+}
+
+fn parallel(staggered: bool) -> Scenario {
+    let rtt = 100.0;
+    // 100 Mbit/s x 100 ms = 1.25 MB BDP; a switch-like buffer of 1/4 BDP.
+    let mut l = lab(4, shaped(rtt, 100.0, Some(312_500)));
+    big_buffers(&mut l, 16 << 20);
+    let flows = (0..4)
+        .map(|i| IperfFlow {
+            sender: i,
+            receiver: 0,
+            streams: 1,
+            start_offset_ms: if staggered { i as f64 * rtt / 4.0 } else { 0.0 },
+        })
+        .collect();
+    let (name, summary, exp) = if staggered {
+        ("parallel-4-staggered", "four streams started RTT/4 apart share a drop-tail bottleneck evenly",
+         Expected::new("none", "fair-share", None, None, "001's remedy: streams started RTT/n apart hold similar shares; no persistent imbalance should be flagged"))
+    } else {
+        ("parallel-4", "four streams started together through one drop-tail bottleneck; one falls behind and stays behind",
+         Expected::new("unfair", "send-order", Some(5.0), None, "001: an imbalance that persists; the stream that sends last in the RTT loses first. Measured here with 6.18 cubic the Jain index over 15 s varied 0.88-0.99 between runs, so agent tests must judge against truth.summary.stream_goodput_mbit / jain_index, not against this expectation alone"))
+    };
+    let mut s = base(name, summary, Some("001_dc74dff776e003ff.txt"),
+        "Paper: 4 x 1 stream, 1 GbE, 300 ms RTT, BIC, 100 s. Here: 4 sender namespaces -> one receiver, tbf 100 Mbit/s with a 312 kB (1/4 BDP) drop-tail queue, 100 ms RTT, cubic, 15 s. Offsets are RTT/4 = 25 ms in the staggered variant.",
+        l, Traffic::Iperf { flows, duration_s: 15.0, bytes: None, cc: None });
+    s.expected.push(exp);
+    s
+}
+
+/// Builds scenario `name` with its defaults.
+pub fn by_name(name: &str) -> Result<Scenario> {
+    let s = match name {
+        "clean" => {
+            let mut s = base("clean", "a healthy 6 s transfer through a 200 Mbit/s, 20 ms path with a BDP-sized queue", None,
+                "Nothing is wrong: tbf 200 Mbit/s with a 500 kB queue (one BDP), 20 ms RTT, cubic. Occasional congestion losses at the shaper are normal.",
+                lab(1, shaped(20.0, 200.0, Some(500_000))), one_flow(6.0));
+            s.expected.push(Expected::new(
+                "none",
+                "healthy",
+                None,
+                None,
+                "nothing must be flagged: no stop, no limit, no missing option",
+            ));
+            s
+        }
+        "policer-burst" => {
+            let mut p = PathConfig::with_rtt(10.0);
+            p.forward.police = Some(Police { rate_mbit: 500.0, burst_bytes: 16 * 1024 * 1024 });
+            let mut l = lab(1, p);
+            big_buffers(&mut l, 64 << 20);
+            let mut s = base("policer-burst", "one stream through a 500 Mbit/s policer with a 16 MB bucket at 10 ms RTT: a burst loss of half the window",
+                Some("000_2e9743cb0abe8e5d.txt"),
+                "Paper: 1 GB, one stream, 10 ms RTT, policer 500 Mbps with 16 MB burst. Here the same rate, bucket and RTT, but 300 MB by default (--bytes 1000000000 for the paper's 1 GB) and a 30 s cap. With the big bucket cwnd grows far past the 625 kB BDP before the bucket runs dry and a large part of the window is dropped at once. summary.efficiency = goodput / 500 Mbit/s.",
+                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }], duration_s: 30.0, bytes: Some(300_000_000), cc: None });
+            s.expected.push(Expected::new("burst-loss", "policer", Some(0.3), None,
+                "000: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
+            s
+        }
+        "parallel-4" => parallel(false),
+        "parallel-4-staggered" => parallel(true),
+        "lfn-buffer" => {
+            let mut l = lab(1, shaped(100.0, 200.0, None));
+            l.receiver_sysctls.push(kv("net.ipv4.tcp_rmem", "4096 65536 262144"));
+            l.receiver_sysctls.push(kv("net.core.rmem_max", "262144"));
+            let mut s = base("lfn-buffer", "BDP 2.5 MB (200 Mbit/s x 100 ms) against a receiver tcp_rmem max of 256 kB: receive-window limited",
+                Some("002_b71ce8b873d57a4c.txt"),
+                "Paper: 10 GbE at 400 ms needs socket buffers >= 2.5x BDP. Here: tbf 200 Mbit/s, 100 ms RTT (BDP 2.5 MB), receiver tcp_rmem max 256 kB, 8 s. Goodput stays near rwnd/RTT (~10-20 Mbit/s), far below the link.",
+                l, one_flow(8.0));
+            s.expected.push(Expected::new("limit", "receive-window", Some(0.0), Some(8.0),
+                "002: limited by the receiver's window, not the network; advice: raise net.ipv4.tcp_rmem max (and core.rmem_max) on the receiver to >= 2.5 x BDP (~6 MB)"));
+            s
+        }
+        "tail-loss-rto" => {
+            let mut s = base("tail-loss-rto", "a 300 ms forward blackhole mid-transfer drops a whole window and its probes: recovery cannot repair it, an RTO fires",
+                Some("003_18e0ec4627adf6ee.txt"),
+                "Paper: a window far larger than the path allows loses a burst of consecutive segments, fast recovery runs out of duplicate ACKs, the sender idles until the RTO. Here the burst loss is made deterministic: at 3 s every data packet is dropped for 300 ms (ACKs still flow), 40 ms RTT, tbf 100 Mbit/s, 8 s. The whole flight and the tail-loss probe are lost, so only the RTO (min 200 ms + RTT) recovers.",
+                lab(1, shaped(40.0, 100.0, None)), one_flow(8.0));
+            s.events.push(Event::Outage { at_s: 3.0, for_s: 0.3, dir: Some(Dir::Forward) });
+            s.expected.push(Expected::new("stop", "rto", Some(3.0), Some(0.5),
+                "003: delivery stops at ~3 s until the retransmission timer fires (TcpExtTCPTimeouts >= 1); cause: recovery ran out, RTO"));
+            s
+        }
+        "no-sack" => {
+            let mut p = shaped(20.0, 200.0, Some(500_000));
+            p.forward.loss_ppm = 500;
+            let mut l = lab(1, p);
+            l.sender_sysctls.push(kv("net.ipv4.tcp_sack", "0"));
+            let mut s = base("no-sack", "SACK off on the sender, 0.05 % random loss: multiple losses per window are repaired one per RTT",
+                Some("004_a4adbfb71c2ac278.txt"),
+                "Paper: 155 Mbps ATM, SACK gave +30 % at 1e-5 and +100 % at 1e-4 cell loss. Here: net.ipv4.tcp_sack=0 on the sender (so SACK is not negotiated), 0.05 % random forward loss, tbf 200 Mbit/s, 20 ms RTT, 8 s.",
+                l, one_flow(8.0));
+            s.expected.push(Expected::new("missing-option", "no-sack", Some(0.0), None,
+                "004: a bulk connection without SACK must be flagged (options show no sack); throughput below a SACK run of the same knobs"));
+            s
+        }
+        "outage" => {
+            let mut s = base("outage", "a 2.5 s blackhole (both directions) from 3 s: the connection stops, backs off, resumes", None,
+                "Every forwarded packet is dropped from 3.0 s to 5.5 s after traffic start (nft rule inserted/deleted on a timer; the injection records the exact CLOCK_MONOTONIC times). 20 ms RTT, tbf 200 Mbit/s, 10 s.",
+                lab(1, shaped(20.0, 200.0, Some(500_000))), one_flow(10.0));
+            s.events.push(Event::Outage { at_s: 3.0, for_s: 2.5, dir: None });
+            s.expected.push(Expected::new("stop", "outage", Some(3.0), Some(2.5),
+                "nothing delivered from ~3 s; RTOs with exponential backoff; the stop can outlast the outage by up to one backed-off RTO"));
+            s
+        }
+        "lost-retransmit" => {
+            let mut p = shaped(20.0, 200.0, Some(500_000));
+            p.forward.loss_ppm = 300;
+            p.retx_drop = Some(RetxDrop { segments: 20, drops_per_segment: 1 });
+            let mut s = base("lost-retransmit", "0.03 % random loss plus a tc-bpf program that drops the first retransmission of the first 20 retransmitted segments",
+                Some("000_2e9743cb0abe8e5d.txt"),
+                "000's mechanism: a retransmission lost again is only found late. Random forward loss (nft, 0.03 %) makes originals go missing; bpf/retx_drop.bpf.c on the router's receiver-facing egress drops the first retransmission of each of the first 20 segments it sees retransmitted. truth.retx_drop has the program's own counters. 20 ms RTT, tbf 200 Mbit/s, 8 s.",
+                lab(1, p), one_flow(8.0));
+            s.expected.push(Expected::new("lost-retransmit", "retransmission-lost", None, None,
+                "retransmissions lost again (TcpExtTCPLostRetransmit > 0, truth.retx_drop.dropped of them); late detection may show as a stop or an RTO"));
+            s
+        }
+        "zero-window" => {
+            let mut s = base("zero-window", "the receiver stops reading for 3 s from 2 s: its window closes to zero and the sender probes", None,
+                "The lab's plain TCP pair: receiver SO_RCVBUF 256 kB, stops reading at 2 s for 3 s (truth.plain.pause_* are the real times); 20 ms RTT, tbf 100 Mbit/s, 8 s.",
+                lab(1, shaped(20.0, 100.0, None)),
+                Traffic::Plain(PlainSpec { sender: 0, receiver: 0, duration_s: 8.0, pause: Some(Pause { at_s: 2.0, for_s: 3.0 }), rcvbuf: Some(256 * 1024), port: 5301 }));
+            s.expected.push(Expected::new("stop", "zero-window", Some(2.0), Some(3.0),
+                "the receiver advertises a zero window (TcpExtTCPToZeroWindowAdv on the receiver), the sender sends window probes; the cause is the receiving application, not the network"));
+            s
+        }
+        other => return Err(LabError::Invalid(format!("unknown scenario `{other}`; known: {}", NAMES.join(", ")))),
+    };
+    Ok(s)
+}
+
+/// Every scenario with its defaults.
+pub fn all() -> Vec<Scenario> {
+    NAMES.iter().filter_map(|n| by_name(n).ok()).collect()
+}

@@ -1,0 +1,169 @@
+//! `Lab`: a topology with its path applied and sysctls set — the handle tests and scenarios work with.
+use crate::clock::Stamp;
+use crate::cmd;
+use crate::error::{LabError, Result};
+use crate::observe::{self, PingStats};
+use crate::path::{self, AppliedPath, Dir, PathConfig};
+use crate::topo::{Host, TopoConfig, Topology};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Everything needed to build a lab.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LabConfig {
+    pub topo: TopoConfig,
+    pub path: PathConfig,
+    /// sysctls set in every sender namespace, e.g. ("net.ipv4.tcp_sack", "0").
+    pub sender_sysctls: Vec<(String, String)>,
+    /// sysctls set in every receiver namespace.
+    pub receiver_sysctls: Vec<(String, String)>,
+    /// Measure the idle RTT after setup and shorten the delay lines by the lab's own overhead.
+    pub trim_delay: bool,
+}
+
+/// What the delay trim measured and did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrimReport {
+    pub before: PingStats,
+    pub trimmed_ms: Vec<(Dir, f64)>,
+    pub after: PingStats,
+}
+
+/// A running lab. Dropping it stops the delay lines and removes every namespace.
+pub struct Lab {
+    // Field order matters: the path (delay threads) goes before the namespaces.
+    path: AppliedPath,
+    topo: Topology,
+    cfg: LabConfig,
+    work_dir: PathBuf,
+    /// When the lab finished setting up.
+    pub up_at: Stamp,
+    /// Delay trim, when `trim_delay` was set and a delay is configured.
+    pub trim: Option<TrimReport>,
+}
+
+/// True when running as root (the lab needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Tools the lab runs; the first missing one is reported.
+pub const TOOLS: &[&str] = &[
+    "ip", "tc", "nft", "iptables", "ethtool", "sysctl", "ping", "nstat", "ss", "iperf3", "tcpdump", "clang", "bpftool",
+];
+
+/// Checks root and tools up front, with a message that says what is missing.
+pub fn check_prerequisites() -> Result<()> {
+    if !is_root() {
+        return Err(LabError::Missing("root (network namespaces, tc, nft need CAP_NET_ADMIN/CAP_SYS_ADMIN)".into()));
+    }
+    let missing: Vec<&str> = TOOLS.iter().copied().filter(|t| !cmd::have_tool(t)).collect();
+    if !missing.is_empty() {
+        return Err(LabError::Missing(format!("tools {} (run scripts/install-deps.sh)", missing.join(", "))));
+    }
+    Ok(())
+}
+
+impl Lab {
+    /// Builds the topology, applies sysctls and the path. `work_dir` holds build artefacts (bpf object).
+    pub fn up(cfg: &LabConfig, work_dir: &Path) -> Result<Lab> {
+        check_prerequisites()?;
+        cfg.path.validate()?;
+        let topo = Topology::build(&cfg.topo)?;
+        for h in &topo.senders {
+            for (k, v) in &cfg.sender_sysctls {
+                topo.sysctl(&h.netns, k, v)?;
+            }
+        }
+        for h in &topo.receivers {
+            for (k, v) in &cfg.receiver_sysctls {
+                topo.sysctl(&h.netns, k, v)?;
+            }
+        }
+        let path = path::apply(&topo, &cfg.path, work_dir)?;
+        let mut lab =
+            Lab { path, topo, cfg: cfg.clone(), work_dir: work_dir.to_path_buf(), up_at: Stamp::now(), trim: None };
+        if cfg.trim_delay && cfg.path.rtt_ms() > 0.0 {
+            lab.trim = Some(lab.trim_delay()?);
+        }
+        lab.up_at = Stamp::now();
+        Ok(lab)
+    }
+
+    fn trim_delay(&self) -> Result<TrimReport> {
+        let before = self.ping(0, 0, 20, 0.02)?;
+        if before.received < 10 {
+            return Err(LabError::Invalid(format!(
+                "path lost {}/{} pings while idle; cannot trim delay",
+                before.sent - before.received,
+                before.sent
+            )));
+        }
+        // min is the least disturbed estimate of the fixed overhead; avg carries wake-up noise.
+        let excess = ((before.min_ms + before.avg_ms) / 2.0 - self.cfg.path.rtt_ms()).max(0.0);
+        let trimmed_ms = self.path.trim_delay(&self.cfg.path, excess);
+        let after = self.ping(0, 0, 20, 0.02)?;
+        Ok(TrimReport { before, trimmed_ms, after })
+    }
+
+    /// The configuration this lab was built from.
+    pub fn config(&self) -> &LabConfig {
+        &self.cfg
+    }
+    /// Sender hosts.
+    pub fn senders(&self) -> &[Host] {
+        &self.topo.senders
+    }
+    /// Receiver hosts.
+    pub fn receivers(&self) -> &[Host] {
+        &self.topo.receivers
+    }
+    /// Router namespace name.
+    pub fn router(&self) -> &str {
+        &self.topo.router
+    }
+    /// Name prefix of this lab's namespaces.
+    pub fn prefix(&self) -> &str {
+        &self.topo.prefix
+    }
+    /// The applied path (outages, counters).
+    pub fn path(&self) -> &AppliedPath {
+        &self.path
+    }
+    /// Mutable access to the applied path (stopping delay lines).
+    pub fn path_mut(&mut self) -> &mut AppliedPath {
+        &mut self.path
+    }
+    /// Where build artefacts go.
+    pub fn work_dir(&self) -> &Path {
+        &self.work_dir
+    }
+    /// Every namespace with its role: ("router", ns), ("s0", ns), ("r0", ns), ...
+    pub fn roles(&self) -> Vec<(String, String)> {
+        let mut v = vec![("router".to_string(), self.topo.router.clone())];
+        v.extend(self.topo.senders.iter().enumerate().map(|(i, h)| (format!("s{i}"), h.netns.clone())));
+        v.extend(self.topo.receivers.iter().enumerate().map(|(i, h)| (format!("r{i}"), h.netns.clone())));
+        v
+    }
+    /// Runs a command in namespace `ns` and returns stdout.
+    pub fn exec(&self, ns: &str, args: &[&str]) -> Result<String> {
+        cmd::run_in(ns, args)
+    }
+    /// A `Command` that runs inside namespace `ns` (set stdio, then spawn).
+    pub fn command(&self, ns: &str, args: &[&str]) -> Command {
+        cmd::command_in(ns, args)
+    }
+    /// Pings receiver `receiver` from sender `sender`.
+    pub fn ping(&self, sender: usize, receiver: usize, count: u32, interval_s: f64) -> Result<PingStats> {
+        let (s, r) = self.pair(sender, receiver)?;
+        observe::ping(&s.netns, &r.addr.to_string(), count, interval_s)
+    }
+    /// The sender and receiver hosts at these indices.
+    pub fn pair(&self, sender: usize, receiver: usize) -> Result<(&Host, &Host)> {
+        let s = self.topo.senders.get(sender).ok_or_else(|| LabError::Invalid(format!("no sender {sender}")))?;
+        let r =
+            self.topo.receivers.get(receiver).ok_or_else(|| LabError::Invalid(format!("no receiver {receiver}")))?;
+        Ok((s, r))
+    }
+}

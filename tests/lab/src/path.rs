@@ -1,0 +1,314 @@
+//! Path properties per direction on the router: delay line, tbf shaping, nft policing, random loss, outages, targeted drops.
+use crate::bpf::{self, RetxDrop, RetxStats};
+use crate::cmd;
+use crate::delay::{DelayLine, DelayStats, Policer};
+use crate::error::{LabError, Result};
+use crate::topo::Topology;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+/// A direction through the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    /// Sender -> receiver (data).
+    Forward,
+    /// Receiver -> sender (ACKs).
+    Reverse,
+}
+
+impl Dir {
+    /// nft/iptables input-interface pattern on the router for packets going this way.
+    fn iif_nft(self) -> &'static str {
+        match self {
+            Dir::Forward => "s*",
+            Dir::Reverse => "r*",
+        }
+    }
+    fn iif_ipt(self) -> &'static str {
+        match self {
+            Dir::Forward => "s+",
+            Dir::Reverse => "r+",
+        }
+    }
+    fn queue(self) -> u16 {
+        match self {
+            Dir::Forward => 1,
+            Dir::Reverse => 2,
+        }
+    }
+}
+
+/// A policing router: a token bucket of `burst_bytes` filled at `rate_mbit`; packets finding too
+/// few tokens are dropped. Applied by the delay line on arrival (see README: nft's byte-mode
+/// `limit ... burst` adds one second of rate to the bucket, and this kernel has no act_police).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Police {
+    /// Policed rate, Mbit/s.
+    pub rate_mbit: f64,
+    /// Token bucket depth, bytes.
+    pub burst_bytes: u64,
+}
+
+/// tbf shaping on the router's egress for one direction (drop-tail queue of `limit_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// Rate, Mbit/s.
+    pub rate_mbit: f64,
+    /// Bucket size in bytes (tbf `burst`); None = 1 ms at the rate, at least 3000.
+    pub burst_bytes: Option<u64>,
+    /// Queue limit in bytes (tbf `limit`); None = 20 ms at the rate, at least 30000.
+    pub limit_bytes: Option<u64>,
+}
+
+impl Shape {
+    fn bytes_per_s(&self) -> f64 {
+        self.rate_mbit * 1e6 / 8.0
+    }
+    /// Effective tbf burst.
+    pub fn burst(&self) -> u64 {
+        self.burst_bytes.unwrap_or(((self.bytes_per_s() * 0.001) as u64).max(3000))
+    }
+    /// Effective tbf limit.
+    pub fn limit(&self) -> u64 {
+        self.limit_bytes.unwrap_or(((self.bytes_per_s() * 0.020) as u64).max(30_000))
+    }
+}
+
+/// Everything applied to one direction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirConfig {
+    /// One-way delay added by the NFQUEUE delay line, milliseconds (0 = none).
+    pub delay_ms: f64,
+    /// tbf shaper on the router egress.
+    pub shape: Option<Shape>,
+    /// nft policer.
+    pub police: Option<Police>,
+    /// Random loss in parts per million (nft numgen random).
+    pub loss_ppm: u32,
+}
+
+/// Both directions plus the targeted-drop program (forward direction only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathConfig {
+    /// Sender -> receiver.
+    pub forward: DirConfig,
+    /// Receiver -> sender.
+    pub reverse: DirConfig,
+    /// Drop retransmissions of chosen segments on the way to the receivers.
+    pub retx_drop: Option<RetxDrop>,
+}
+
+impl PathConfig {
+    /// A symmetric path with round-trip time `rtt_ms` (half each way).
+    pub fn with_rtt(rtt_ms: f64) -> Self {
+        let mut p = PathConfig::default();
+        p.forward.delay_ms = rtt_ms / 2.0;
+        p.reverse.delay_ms = rtt_ms / 2.0;
+        p
+    }
+    /// Configured round-trip delay in ms (excluding queueing).
+    pub fn rtt_ms(&self) -> f64 {
+        self.forward.delay_ms + self.reverse.delay_ms
+    }
+    /// Checks values are in range.
+    pub fn validate(&self) -> Result<()> {
+        for (n, d) in [("forward", &self.forward), ("reverse", &self.reverse)] {
+            if !(0.0..=2000.0).contains(&d.delay_ms) {
+                return Err(LabError::Invalid(format!("{n} delay {} ms not in 0..=2000", d.delay_ms)));
+            }
+            if d.loss_ppm > 1_000_000 {
+                return Err(LabError::Invalid(format!("{n} loss {} ppm above 1000000", d.loss_ppm)));
+            }
+            if let Some(s) = d.shape {
+                if !(0.01..=100_000.0).contains(&s.rate_mbit) {
+                    return Err(LabError::Invalid(format!("{n} shaping rate {} Mbit/s out of range", s.rate_mbit)));
+                }
+            }
+            if let Some(p) = d.police {
+                if !(0.01..=100_000.0).contains(&p.rate_mbit) || p.burst_bytes == 0 || p.burst_bytes > u32::MAX as u64 {
+                    return Err(LabError::Invalid(format!("{n} policer {p:?} out of range")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The path as applied; holds the delay lines. Dropping it stops them.
+pub struct AppliedPath {
+    router: String,
+    fwd_ifs: Vec<String>,
+    delays: Vec<(Dir, DelayLine)>,
+    retx: bool,
+}
+
+const TABLE: &str = "tvl";
+const CHAIN: &str = "path";
+
+fn nft(ns: &str, rule: &str) -> Result<String> {
+    cmd::run_in(ns, &["nft", "--echo", "--handle", rule])
+}
+
+/// Applies `cfg` on the router of `topo`. `work_dir` receives the compiled bpf object.
+pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<AppliedPath> {
+    cfg.validate()?;
+    let r = topo.router.clone();
+    let fwd_ifs: Vec<String> = topo.receivers.iter().map(|h| h.router_ifname.clone()).collect();
+    let rev_ifs: Vec<String> = topo.senders.iter().map(|h| h.router_ifname.clone()).collect();
+    let mut applied = AppliedPath { router: r.clone(), fwd_ifs: fwd_ifs.clone(), delays: Vec::new(), retx: false };
+    cmd::run_in(&r, &["nft", &format!("add table ip {TABLE}")])?;
+    cmd::run_in(
+        &r,
+        &["nft", &format!("add chain ip {TABLE} {CHAIN} {{ type filter hook forward priority -10; policy accept; }}")],
+    )?;
+    for (dir, d, ifs) in [(Dir::Forward, &cfg.forward, &fwd_ifs), (Dir::Reverse, &cfg.reverse, &rev_ifs)] {
+        let iif = dir.iif_nft();
+        let name = format!("{dir:?}").to_lowercase();
+        if d.loss_ppm > 0 {
+            nft(&r, &format!(
+                "add rule ip {TABLE} {CHAIN} iifname \"{iif}\" numgen random mod 1000000 < {} counter drop comment \"loss-{name}\"",
+                d.loss_ppm
+            ))?;
+        }
+        if let Some(s) = d.shape {
+            let rate = format!("{}bit", (s.rate_mbit * 1e6) as u64);
+            let (burst, limit) = (s.burst().to_string(), s.limit().to_string());
+            for dev in ifs.iter() {
+                cmd::run_in(
+                    &r,
+                    &[
+                        "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst", &burst, "limit",
+                        &limit,
+                    ],
+                )?;
+            }
+        }
+        if d.delay_ms > 0.0 || d.police.is_some() {
+            let police = d
+                .police
+                .map(|p| Policer { rate_bytes_per_s: p.rate_mbit * 1e6 / 8.0, burst_bytes: p.burst_bytes as f64 });
+            let line = DelayLine::start(&r, dir.queue(), Duration::from_secs_f64(d.delay_ms / 1000.0), police)?;
+            applied.delays.push((dir, line));
+            let q = dir.queue().to_string();
+            cmd::run_in(&r, &["iptables", "-A", "FORWARD", "-i", dir.iif_ipt(), "-j", "NFQUEUE", "--queue-num", &q])?;
+        }
+    }
+    if let Some(rd) = cfg.retx_drop {
+        let obj = bpf::compile(&rd, work_dir)?;
+        for dev in &fwd_ifs {
+            bpf::attach(&r, dev, &obj)?;
+        }
+        applied.retx = true;
+    }
+    Ok(applied)
+}
+
+/// A drop-everything rule in place (an outage); remove it with [`AppliedPath::outage_end`].
+#[derive(Debug, Clone, Copy)]
+pub struct OutageHandle(u64);
+
+impl AppliedPath {
+    /// Starts an outage: inserts an nft rule dropping every forwarded packet of `dir` (None = both directions).
+    pub fn outage_begin(&self, dir: Option<Dir>) -> Result<OutageHandle> {
+        let m = dir.map(|d| format!("iifname \"{}\" ", d.iif_nft())).unwrap_or_default();
+        let out = nft(&self.router, &format!("insert rule ip {TABLE} {CHAIN} {m}counter drop comment \"outage\""))?;
+        out.split_whitespace()
+            .skip_while(|w| *w != "handle")
+            .nth(1)
+            .and_then(|h| h.parse().ok())
+            .map(OutageHandle)
+            .ok_or_else(|| LabError::Parse { what: "nft --echo --handle".into(), detail: out.clone() })
+    }
+
+    /// Ends an outage.
+    pub fn outage_end(&self, h: OutageHandle) -> Result<()> {
+        cmd::run_in(&self.router, &["nft", &format!("delete rule ip {TABLE} {CHAIN} handle {}", h.0)]).map(|_| ())
+    }
+
+    /// nft rule counters by comment (`police-forward`, `loss-reverse`, `outage`, ...): (packets, bytes) dropped.
+    pub fn nft_counters(&self) -> Result<Vec<(String, u64, u64)>> {
+        let out = cmd::run_in(&self.router, &["nft", "-j", "list", "table", "ip", TABLE])?;
+        let v: serde_json::Value =
+            serde_json::from_str(&out).map_err(|e| LabError::Parse { what: "nft -j".into(), detail: e.to_string() })?;
+        let mut res = Vec::new();
+        for item in v["nftables"].as_array().into_iter().flatten() {
+            let rule = &item["rule"];
+            let Some(comment) = rule["comment"].as_str() else { continue };
+            let counter = rule["expr"].as_array().into_iter().flatten().find_map(|e| e.get("counter"));
+            if let Some(c) = counter {
+                res.push((comment.to_string(), c["packets"].as_u64().unwrap_or(0), c["bytes"].as_u64().unwrap_or(0)));
+            }
+        }
+        Ok(res)
+    }
+
+    /// tbf statistics per router interface: (dev, json of `tc -s -j qdisc show`).
+    pub fn qdisc_stats(&self) -> Vec<(String, serde_json::Value)> {
+        let devs = cmd::run_in(&self.router, &["ip", "-o", "link", "show"]).unwrap_or_default();
+        let names: Vec<String> = devs
+            .lines()
+            .filter_map(|l| l.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or("").to_string()))
+            .filter(|n| n != "lo" && !n.is_empty())
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|d| {
+                let out = cmd::run_in(&self.router, &["tc", "-s", "-j", "qdisc", "show", "dev", &d]).ok()?;
+                Some((d, serde_json::from_str(&out).ok()?))
+            })
+            .collect()
+    }
+
+    /// Counters of the targeted-drop program, summed over the receiver-facing interfaces.
+    pub fn retx_stats(&self) -> Result<Option<RetxStats>> {
+        if !self.retx {
+            return Ok(None);
+        }
+        let mut sum = RetxStats::default();
+        for dev in &self.fwd_ifs {
+            let s = bpf::read_stats(&self.router, dev)?;
+            sum.data_segments += s.data_segments;
+            sum.retransmissions += s.retransmissions;
+            sum.dropped += s.dropped;
+            sum.targets += s.targets;
+            sum.passed_retransmissions += s.passed_retransmissions;
+            sum.errors += s.errors;
+        }
+        Ok(Some(sum))
+    }
+
+    /// Shortens every delay line by `excess_ms` in total, shared in proportion to the configured
+    /// delays (so a measured RTT that overshoots by the lab's own overhead lands on the setting).
+    /// Returns the trim applied per direction in ms.
+    pub fn trim_delay(&self, cfg: &PathConfig, excess_ms: f64) -> Vec<(Dir, f64)> {
+        let total = cfg.rtt_ms();
+        let mut out = Vec::new();
+        if total <= 0.0 {
+            return out;
+        }
+        for (dir, line) in &self.delays {
+            let set = match dir {
+                Dir::Forward => cfg.forward.delay_ms,
+                Dir::Reverse => cfg.reverse.delay_ms,
+            };
+            let trim = (excess_ms * set / total).clamp(0.0, set * 0.5);
+            line.set_delay(Duration::from_secs_f64((set - trim) / 1000.0));
+            out.push((*dir, trim));
+        }
+        out
+    }
+
+    /// Removes the NFQUEUE rules and stops the delay lines, returning their statistics.
+    pub fn stop_delay(&mut self) -> Vec<DelayStats> {
+        cmd::run_in_quiet(&self.router, &["iptables", "-F", "FORWARD"]);
+        self.delays.drain(..).filter_map(|(_, d)| d.stop().ok()).collect()
+    }
+}
+
+impl Drop for AppliedPath {
+    fn drop(&mut self) {
+        let _ = self.stop_delay();
+    }
+}

@@ -1,0 +1,387 @@
+//! Running a scenario: lab up, hooks, traffic with timed events, observation, truth.json.
+use crate::clock::Stamp;
+use crate::error::{LabError, Result};
+use crate::lab::Lab;
+use crate::observe::{self, SsSample};
+use crate::path::Dir;
+use crate::plain;
+use crate::scenario::{Event, Scenario};
+use crate::traffic::{self, Traffic};
+use crate::truth::{jain, Injection, Summary, Truth};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Set by Ctrl-C handling (or a caller) to make a running scenario stop early.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+/// How to run a scenario.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Parent of the run directory (`<out_dir>/<scenario>-<UTC timestamp>`).
+    pub out_dir: PathBuf,
+    /// Exact run directory instead (created if missing).
+    pub run_dir: Option<PathBuf>,
+    /// Capture TCP headers on each sender's interface (capture-s<i>.pcap).
+    pub capture: bool,
+    /// `ss -tin` sampling period of the senders in ms (0 = off).
+    pub ss_interval_ms: u64,
+    /// Print progress to stderr.
+    pub progress: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            out_dir: PathBuf::from("lab-runs"),
+            run_dir: None,
+            capture: false,
+            ss_interval_ms: 100,
+            progress: false,
+        }
+    }
+}
+
+fn utc_stamp(unix_s: u64) -> String {
+    let (days, rem) = (unix_s / 86400, unix_s % 86400);
+    // Civil-from-days (Howard Hinnant), valid for dates after 1970.
+    let z = days as i64 + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn make_run_dir(opts: &RunOptions, name: &str) -> Result<PathBuf> {
+    let dir = match &opts.run_dir {
+        Some(d) => d.clone(),
+        None => {
+            let base = opts.out_dir.join(format!("{name}-{}", utc_stamp(Stamp::now().unix_ns / 1_000_000_000)));
+            let mut d = base.clone();
+            let mut n = 1;
+            while d.exists() {
+                d = PathBuf::from(format!("{}-{n}", base.display()));
+                n += 1;
+            }
+            d
+        }
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("create run dir {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+fn progress(on: bool, msg: &str) {
+    if on {
+        eprintln!("[lab] {msg}");
+    }
+}
+
+impl Scenario {
+    /// Runs the scenario end to end and returns (and writes) its truth.
+    pub fn run(&self, opts: &RunOptions) -> Result<Truth> {
+        self.run_with(opts, |_| Ok(()), |_, _, _| Ok(())).map(|(t, _)| t)
+    }
+
+    /// Runs the scenario with hooks: `on_ready` is called when the lab is up and before traffic
+    /// (start an agent there and return its guard); `on_done` gets the guard after the traffic,
+    /// with the lab still up and the truth written (stop the agent there and return what it saw).
+    pub fn run_with<G, R>(
+        &self,
+        opts: &RunOptions,
+        on_ready: impl FnOnce(&Lab) -> Result<G>,
+        on_done: impl FnOnce(G, &Lab, &Truth) -> Result<R>,
+    ) -> Result<(Truth, R)> {
+        let run_dir = make_run_dir(opts, &self.name)?;
+        progress(opts.progress, &format!("{}: building lab (run dir {})", self.name, run_dir.display()));
+        let mut lab = Lab::up(&self.lab, &run_dir)?;
+        if let Some(t) = &lab.trim {
+            progress(
+                opts.progress,
+                &format!(
+                    "idle RTT {:.2} ms -> {:.2} ms after trim (set {:.1} ms)",
+                    t.before.avg_ms,
+                    t.after.avg_ms,
+                    self.lab.path.rtt_ms()
+                ),
+            );
+        }
+        let guard = on_ready(&lab)?;
+        let truth = self.drive(&mut lab, opts, &run_dir)?;
+        let r = on_done(guard, &lab, &truth)?;
+        Ok((truth, r))
+    }
+
+    /// Drives this scenario's traffic and events on an existing lab and writes truth.json into `run_dir`.
+    pub fn drive(&self, lab: &mut Lab, opts: &RunOptions, run_dir: &Path) -> Result<Truth> {
+        let roles = lab.roles();
+        let mut before = BTreeMap::new();
+        for (role, ns) in &roles {
+            before.insert(role.clone(), observe::nstat(ns)?);
+        }
+        let idle_ping = lab.ping(0, 0, 5, 0.02).ok();
+        let mut captures = Vec::new();
+        let mut capture_file = None;
+        if opts.capture {
+            for (i, h) in lab.senders().iter().enumerate() {
+                let f = run_dir.join(format!("capture-s{i}.pcap"));
+                captures.push(observe::start_capture(&h.netns, &h.ifname, &f)?);
+                capture_file.get_or_insert(f);
+            }
+        }
+        let servers = match &self.traffic {
+            Traffic::Iperf { flows, .. } => Some(traffic::start_servers(lab, flows)?),
+            Traffic::Plain(_) => None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples: Mutex<Vec<SsSample>> = Mutex::new(Vec::new());
+        let event_log: Mutex<Vec<Injection>> = Mutex::new(Vec::new());
+        let t0 = Instant::now();
+        let traffic_start = Stamp::now();
+        progress(opts.progress, &format!("{}: traffic for up to {:.0} s", self.name, self.traffic.max_seconds()));
+        let lab_ref: &Lab = lab;
+        let outcome = std::thread::scope(|scope| -> Result<(Vec<traffic::FlowResult>, Option<plain::PlainResult>)> {
+            // One sampler thread per sender, inside its namespace, so `ss` runs without `ip netns exec`.
+            for (i, h) in lab_ref.senders().iter().enumerate() {
+                let (stop_s, samples_ref, interval) = (stop.clone(), &samples, opts.ss_interval_ms);
+                let (role, ns) = (format!("s{i}"), h.netns.clone());
+                scope.spawn(move || {
+                    if interval == 0 || crate::netns::enter(&ns).is_err() {
+                        return;
+                    }
+                    let mut next = Instant::now();
+                    while !stop_s.load(Ordering::Relaxed) {
+                        if let Ok(s) = observe::ss_sample_here(&role) {
+                            if let Ok(mut v) = samples_ref.lock() {
+                                v.push(s);
+                            }
+                        }
+                        next += Duration::from_millis(interval);
+                        while Instant::now() < next && !stop_s.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                });
+            }
+            let stop_e = stop.clone();
+            let log = &event_log;
+            let events = self.events.clone();
+            scope.spawn(move || run_events(lab_ref, &events, t0, &stop_e, log));
+            let stop_p = stop.clone();
+            let (name, total, show) = (self.name.clone(), self.traffic.max_seconds(), opts.progress);
+            scope.spawn(move || {
+                let mut last = 0u64;
+                while !stop_p.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let el = t0.elapsed().as_secs();
+                    if show && el > last {
+                        last = el;
+                        eprintln!("[lab] {name}: {el} / ~{total:.0} s");
+                    }
+                }
+            });
+            let res = match &self.traffic {
+                Traffic::Iperf { flows, duration_s, bytes, cc } => {
+                    traffic::run_iperf(lab_ref, flows, *duration_s, *bytes, cc.as_deref(), t0, &STOP).map(|f| (f, None))
+                }
+                Traffic::Plain(spec) => {
+                    let plain_stop = Arc::new(AtomicBool::new(false));
+                    let ps = plain_stop.clone();
+                    let watcher = scope.spawn(move || {
+                        while !ps.load(Ordering::Relaxed) {
+                            if STOP.load(Ordering::Relaxed) {
+                                ps.store(true, Ordering::Relaxed);
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    });
+                    let r = plain::run_plain(lab_ref, spec, plain_stop.clone());
+                    plain_stop.store(true, Ordering::Relaxed);
+                    let _ = watcher.join();
+                    r.map(|p| (Vec::new(), Some(p)))
+                }
+            };
+            stop.store(true, Ordering::Relaxed);
+            res
+        });
+        let traffic_end = Stamp::now();
+        drop(servers);
+        for mut c in captures {
+            crate::cmd::interrupt_and_wait(&mut c, Duration::from_secs(3));
+        }
+        if STOP.load(Ordering::Relaxed) {
+            return Err(LabError::Interrupted);
+        }
+        let (flows, plain_res) = outcome?;
+        progress(opts.progress, &format!("{}: collecting counters", self.name));
+        let mut nstat = BTreeMap::new();
+        for (role, ns) in &roles {
+            let after = observe::nstat(ns)?;
+            let b = before.get(role).cloned().unwrap_or_default();
+            nstat.insert(role.clone(), observe::nstat_delta(&b, &after));
+        }
+        let mut injections = static_injections(self, lab, traffic_end);
+        injections.extend(event_log.into_inner().unwrap_or_else(|p| p.into_inner()));
+        if let Some(p) = &plain_res {
+            if let (Some(s), Some(e)) = (p.pause_start, p.pause_end) {
+                injections.push(Injection {
+                    kind: "zero-window".into(),
+                    dir: "receiver".into(),
+                    detail: json!({"what": "receiver stopped reading"}),
+                    start: s,
+                    end: Some(e),
+                });
+            }
+        }
+        let mut ss_samples = samples.into_inner().unwrap_or_else(|p| p.into_inner());
+        ss_samples.sort_by_key(|s| s.at.mono_ns);
+        let nft_counters = lab.path().nft_counters().unwrap_or_default();
+        let qdisc_stats = lab.path().qdisc_stats();
+        let retx_drop = lab.path().retx_stats()?;
+        let delay_stats = lab.path_mut().stop_delay();
+        let mut truth = Truth {
+            scenario: self.name.clone(),
+            summary_text: self.summary.clone(),
+            paper: self.paper.clone(),
+            config: self.lab.clone(),
+            traffic_spec: self.traffic.clone(),
+            expected: self.expected.clone(),
+            router: lab.router().to_string(),
+            senders: lab.senders().to_vec(),
+            receivers: lab.receivers().to_vec(),
+            lab_up: lab.up_at,
+            traffic_start,
+            traffic_end,
+            delay_trim: lab.trim.clone(),
+            idle_ping,
+            injections,
+            flows,
+            plain: plain_res,
+            nstat,
+            ss_samples,
+            nft_counters,
+            qdisc_stats,
+            delay_stats,
+            retx_drop,
+            capture: capture_file,
+            run_dir: run_dir.to_path_buf(),
+            summary: Summary::default(),
+        };
+        truth.summary = summarize(self, &truth);
+        let p = truth.write()?;
+        progress(
+            opts.progress,
+            &format!("{}: goodput {:.1} Mbit/s, truth in {}", self.name, truth.summary.goodput_mbit, p.display()),
+        );
+        Ok(truth)
+    }
+}
+
+fn run_events(lab: &Lab, events: &[Event], t0: Instant, stop: &AtomicBool, log: &Mutex<Vec<Injection>>) {
+    for ev in events {
+        let Event::Outage { at_s, for_s, dir } = *ev;
+        let at = t0 + Duration::from_secs_f64(at_s);
+        while Instant::now() < at {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep((at - Instant::now()).min(Duration::from_millis(2)));
+        }
+        let requested = Stamp::now();
+        let Ok(h) = lab.path().outage_begin(dir) else { continue };
+        let start = Stamp::now();
+        let until = at + Duration::from_secs_f64(for_s);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(2)));
+        }
+        let end = Stamp::now();
+        let _ = lab.path().outage_end(h);
+        let confirmed = Stamp::now();
+        let d = match dir {
+            Some(Dir::Forward) => "forward",
+            Some(Dir::Reverse) => "reverse",
+            None => "both",
+        };
+        if let Ok(mut v) = log.lock() {
+            v.push(Injection { kind: "outage".into(), dir: d.into(), detail: json!({
+                "at_s": at_s, "for_s": for_s, "what": "nft drop rule in the router's forward chain",
+                "note": "the rule is certainly in force from start to end; its true edges lie within [begin_requested, start] and [end, end_confirmed]",
+                "begin_requested": requested, "end_confirmed": confirmed,
+            }), start, end: Some(end) });
+        }
+    }
+}
+
+fn static_injections(sc: &Scenario, lab: &Lab, end: Stamp) -> Vec<Injection> {
+    let mut v = Vec::new();
+    let start = lab.up_at;
+    let mut push = |kind: &str, dir: &str, detail: serde_json::Value| {
+        v.push(Injection { kind: kind.into(), dir: dir.into(), detail, start, end: Some(end) });
+    };
+    let p = &sc.lab.path;
+    for (name, d) in [("forward", &p.forward), ("reverse", &p.reverse)] {
+        if d.delay_ms > 0.0 {
+            push("delay", name, json!({"one_way_ms": d.delay_ms}));
+        }
+        if let Some(s) = d.shape {
+            push("shape", name, json!({"rate_mbit": s.rate_mbit, "burst_bytes": s.burst(), "limit_bytes": s.limit()}));
+        }
+        if let Some(pol) = d.police {
+            push("police", name, json!({"rate_mbit": pol.rate_mbit, "burst_bytes": pol.burst_bytes}));
+        }
+        if d.loss_ppm > 0 {
+            push("loss", name, json!({"ppm": d.loss_ppm, "fraction": f64::from(d.loss_ppm) / 1e6}));
+        }
+    }
+    if let Some(r) = p.retx_drop {
+        push("retx-drop", "forward", json!({"segments": r.segments, "drops_per_segment": r.drops_per_segment}));
+    }
+    for (k, val) in &sc.lab.sender_sysctls {
+        push("sysctl", "senders", json!({"key": k, "value": val}));
+    }
+    for (k, val) in &sc.lab.receiver_sysctls {
+        push("sysctl", "receivers", json!({"key": k, "value": val}));
+    }
+    v
+}
+
+fn summarize(sc: &Scenario, t: &Truth) -> Summary {
+    let flow_goodput_mbit: Vec<f64> = match &t.plain {
+        Some(p) => vec![p.goodput_mbit],
+        None => t.flows.iter().map(|f| f.goodput_mbit.unwrap_or(0.0)).collect(),
+    };
+    let stream_goodput_mbit: Vec<f64> = if t.plain.is_some() {
+        flow_goodput_mbit.clone()
+    } else {
+        t.flows.iter().flat_map(|f| f.stream_goodput_mbit.iter().copied()).collect()
+    };
+    let goodput: f64 = flow_goodput_mbit.iter().sum();
+    let bottleneck = sc.bottleneck_mbit();
+    Summary {
+        goodput_mbit: goodput,
+        bottleneck_mbit: bottleneck,
+        efficiency: bottleneck.map(|b| goodput / b),
+        jain_index: jain(&stream_goodput_mbit),
+        flow_goodput_mbit,
+        stream_goodput_mbit,
+        retrans_segs: t.sender_counter("TcpRetransSegs"),
+        rto_timeouts: t.sender_counter("TcpExtTCPTimeouts"),
+        lost_retransmits: t.sender_counter("TcpExtTCPLostRetransmit"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_stamp_formats_known_instants() {
+        assert_eq!(super::utc_stamp(0), "19700101-000000");
+        assert_eq!(super::utc_stamp(1_700_000_000), "20231114-221320");
+    }
+}

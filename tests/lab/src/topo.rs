@@ -1,0 +1,164 @@
+//! The namespace topology: senders -- router -- receivers over veth, IPv4, removed on Drop.
+use crate::cmd;
+use crate::error::Result;
+use crate::registry;
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+
+/// Shape of the topology.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopoConfig {
+    /// Number of sender namespaces (each with one link to the router).
+    pub senders: usize,
+    /// Number of receiver namespaces.
+    pub receivers: usize,
+    /// MTU of every lab link.
+    pub mtu: u32,
+    /// Keep TSO/GSO/GRO on the veths. Off (the default) makes every segment a wire-sized packet,
+    /// as on a real router, at the price of more packets per second through the delay line.
+    pub offload: bool,
+}
+
+impl Default for TopoConfig {
+    fn default() -> Self {
+        TopoConfig { senders: 1, receivers: 1, mtu: 1500, offload: false }
+    }
+}
+
+/// One end host and its link to the router.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Host {
+    /// Network namespace name (use with `ip netns exec`).
+    pub netns: String,
+    /// Interface name inside the host namespace.
+    pub ifname: String,
+    /// The host's IPv4 address.
+    pub addr: Ipv4Addr,
+    /// The router-side interface of this host's link (inside the router namespace).
+    pub router_ifname: String,
+    /// The router's address on this link (the host's default gateway).
+    pub router_addr: Ipv4Addr,
+}
+
+/// A built topology. Dropping it deletes every namespace (and so every veth and process in them).
+#[derive(Debug)]
+pub struct Topology {
+    /// Name prefix shared by this run's namespaces (`tvl<pid>-<n>`).
+    pub prefix: String,
+    /// Router namespace (holds the bottleneck, delay line, policer, drops).
+    pub router: String,
+    /// Sender hosts (data flows from these).
+    pub senders: Vec<Host>,
+    /// Receiver hosts.
+    pub receivers: Vec<Host>,
+    namespaces: Vec<String>,
+}
+
+fn add_netns(ns: &str, all: &mut Vec<String>) -> Result<()> {
+    registry::register(ns);
+    all.push(ns.to_string());
+    cmd::run(&["ip", "netns", "add", ns])?;
+    cmd::run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+fn link(host: &Host, router: &str, cfg: &TopoConfig) -> Result<()> {
+    let mtu = cfg.mtu.to_string();
+    cmd::run(&[
+        "ip",
+        "link",
+        "add",
+        "name",
+        &host.ifname,
+        "netns",
+        &host.netns,
+        "mtu",
+        &mtu,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &host.router_ifname,
+        "netns",
+        router,
+        "mtu",
+        &mtu,
+    ])?;
+    let h = format!("{}/24", host.addr);
+    let r = format!("{}/24", host.router_addr);
+    cmd::run(&["ip", "-n", &host.netns, "addr", "add", &h, "dev", &host.ifname])?;
+    cmd::run(&["ip", "-n", router, "addr", "add", &r, "dev", &host.router_ifname])?;
+    cmd::run(&["ip", "-n", &host.netns, "link", "set", &host.ifname, "up"])?;
+    cmd::run(&["ip", "-n", router, "link", "set", &host.router_ifname, "up"])?;
+    let gw = host.router_addr.to_string();
+    cmd::run(&["ip", "-n", &host.netns, "route", "add", "default", "via", &gw])?;
+    if !cfg.offload {
+        let off = ["tso", "off", "gso", "off", "gro", "off"];
+        let mut a = vec!["ethtool", "-K", &host.ifname];
+        a.extend_from_slice(&off);
+        cmd::run_in(&host.netns, &a)?;
+        let mut b = vec!["ethtool", "-K", &host.router_ifname];
+        b.extend_from_slice(&off);
+        cmd::run_in(router, &b)?;
+    }
+    Ok(())
+}
+
+impl Topology {
+    /// Sweeps leftovers of dead runs, then builds a fresh topology. On error, what was built is removed.
+    pub fn build(cfg: &TopoConfig) -> Result<Topology> {
+        if cfg.senders == 0 || cfg.receivers == 0 || cfg.senders > 16 || cfg.receivers > 16 {
+            return Err(crate::LabError::Invalid("senders and receivers must be 1..=16".into()));
+        }
+        registry::sweep_leftovers(false);
+        let prefix = registry::new_prefix();
+        let router = format!("{prefix}-rt");
+        let host = |role: char, i: usize, net: u8| Host {
+            netns: format!("{prefix}-{role}{i}"),
+            ifname: "eth0".to_string(),
+            addr: Ipv4Addr::new(10, net, i as u8 + 1, 2),
+            router_ifname: format!("{role}{i}"),
+            router_addr: Ipv4Addr::new(10, net, i as u8 + 1, 1),
+        };
+        let mut topo = Topology {
+            senders: (0..cfg.senders).map(|i| host('s', i, 71)).collect(),
+            receivers: (0..cfg.receivers).map(|i| host('r', i, 72)).collect(),
+            prefix,
+            router,
+            namespaces: Vec::new(),
+        };
+        // On any error below, `topo` is dropped and removes what exists.
+        let mut all = Vec::new();
+        let r = (|| -> Result<()> {
+            add_netns(&topo.router, &mut all)?;
+            cmd::run_in(&topo.router, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+            for h in topo.senders.iter().chain(topo.receivers.iter()) {
+                add_netns(&h.netns, &mut all)?;
+                link(h, &topo.router, cfg)?;
+            }
+            Ok(())
+        })();
+        topo.namespaces = all;
+        r?;
+        Ok(topo)
+    }
+
+    /// Every namespace of this topology (router first).
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// Sets `key=value` (e.g. `net.ipv4.tcp_sack=0`) in namespace `ns`.
+    pub fn sysctl(&self, ns: &str, key: &str, value: &str) -> Result<()> {
+        let kv = format!("{key}={value}");
+        cmd::run_in(ns, &["sysctl", "-qw", &kv]).map(|_| ())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in self.namespaces.iter().rev() {
+            registry::delete_netns(ns);
+        }
+    }
+}

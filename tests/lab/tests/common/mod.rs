@@ -1,0 +1,34 @@
+//! Shared helpers for the lab's root tests: loud skip (a failure under CI=true), serialization, small lab builders.
+#![allow(dead_code)]
+use std::sync::{Mutex, MutexGuard};
+use tcpvigil_lab::lab;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Tests share two cores: run them one at a time so measurements are not disturbed.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// True when the lab can run. Otherwise prints a loud SKIP — or panics when CI=true.
+pub fn can_run(test: &str) -> bool {
+    match lab::check_prerequisites() {
+        Ok(()) => true,
+        Err(e) => {
+            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+                panic!("{test}: lab prerequisites missing under CI=true (a skip is a failure here): {e}");
+            }
+            // Straight to the stderr handle: libtest's capture only swallows the print macros.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {test}: {e} ***\n");
+            false
+        }
+    }
+}
+
+/// A scratch directory for a test's artefacts.
+pub fn scratch(test: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tvl-test-{}-{test}", std::process::id()));
+    let _ = std::fs::create_dir_all(&d);
+    d
+}

@@ -1,0 +1,149 @@
+//! Root test: every named scenario runs end to end, writes a loadable truth.json and shows its phenomenon in the truth.
+mod common;
+
+use tcpvigil_lab::truth::Truth;
+use tcpvigil_lab::{RunOptions, Scenario};
+
+/// bytes_acked of the busiest connection per ss sample, with the sample time in s after traffic start.
+fn acked_series(t: &Truth) -> Vec<(f64, u64)> {
+    t.ss_samples
+        .iter()
+        .filter_map(|s| Some((s.at.secs_since(&t.traffic_start), s.conns.iter().filter_map(|c| c.bytes_acked).max()?)))
+        .collect()
+}
+
+fn check(t: &Truth) -> Result<(), String> {
+    let s = &t.summary;
+    let need = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    need(s.goodput_mbit > 1.0, format!("goodput {:.2} Mbit/s", s.goodput_mbit))?;
+    need(!t.ss_samples.is_empty(), "no ss samples".into())?;
+    need(t.nstat.contains_key("s0") && t.nstat.contains_key("r0"), "nstat deltas missing".into())?;
+    match t.scenario.as_str() {
+        "clean" => {
+            need(s.rto_timeouts == 0, format!("{} RTOs on a clean path", s.rto_timeouts))?;
+            need(s.efficiency.unwrap_or(0.0) > 0.8, format!("efficiency {:?}", s.efficiency))
+        }
+        "policer-burst" => {
+            let policed: u64 = t.delay_stats.iter().map(|d| d.policed_packets).sum();
+            need(policed > 100, format!("policer dropped only {policed} packets"))?;
+            need((0.5..1.4).contains(&s.efficiency.unwrap_or(0.0)), format!("efficiency {:?}", s.efficiency))
+        }
+        "parallel-4" | "parallel-4-staggered" => {
+            need(s.stream_goodput_mbit.len() == 4, format!("{} streams", s.stream_goodput_mbit.len()))?;
+            need(
+                s.stream_goodput_mbit.iter().all(|&g| g > 1.0),
+                format!("a stream starved: {:?}", s.stream_goodput_mbit),
+            )?;
+            let starts: Vec<f64> = t.flows.iter().map(|f| f.started.secs_since(&t.traffic_start)).collect();
+            let spread =
+                starts.iter().cloned().fold(f64::MIN, f64::max) - starts.iter().cloned().fold(f64::MAX, f64::min);
+            if t.scenario == "parallel-4" {
+                need(spread < 0.02, format!("clients started {spread:.3} s apart"))
+            } else {
+                need((0.070..0.090).contains(&spread), format!("staggered clients spread {spread:.3} s, want 0.075"))
+            }
+        }
+        "lfn-buffer" => {
+            need(s.efficiency.unwrap_or(1.0) < 0.25, format!("efficiency {:?}: not window limited", s.efficiency))
+        }
+        "tail-loss-rto" | "outage" => {
+            need(s.rto_timeouts >= 1, "no RTO".into())?;
+            let o = t.injections_of("outage");
+            let o = o.first().ok_or("no outage injection recorded")?;
+            let (a, b) =
+                (o.start.secs_since(&t.traffic_start), o.end.map(|e| e.secs_since(&t.traffic_start)).unwrap_or(0.0));
+            let want = if t.scenario == "outage" { 2.5 } else { 0.3 };
+            need((b - a - want).abs() < 0.1, format!("outage lasted {:.3} s", b - a))?;
+            // Nothing is acknowledged inside the window (after one RTT for what was in flight).
+            let inside: Vec<u64> =
+                acked_series(t).into_iter().filter(|(x, _)| *x > a + 0.1 && *x < b).map(|(_, v)| v).collect();
+            need(!inside.is_empty(), "no ss sample inside the outage".into())?;
+            need(inside.first() == inside.last(), format!("bytes_acked moved during the outage: {inside:?}"))
+        }
+        "no-sack" => {
+            let data =
+                t.ss_samples.iter().flat_map(|s| s.conns.iter()).filter(|c| c.bytes_acked.unwrap_or(0) > 1_000_000);
+            let mut n = 0;
+            for c in data {
+                n += 1;
+                need(!c.sack, "SACK negotiated although disabled".into())?;
+            }
+            need(n > 0, "no data connection sampled".into())?;
+            need(s.retrans_segs > 0, "no loss happened".into())
+        }
+        "lost-retransmit" => {
+            let r = t.retx_drop.clone().ok_or("no retx_drop counters")?;
+            need(r.dropped == 20 && s.lost_retransmits > 0, format!("{r:?}, lost retransmits {}", s.lost_retransmits))
+        }
+        "zero-window" => need(t.receiver_counter("TcpExtTCPToZeroWindowAdv") >= 1, "no zero window advertised".into()),
+        other => Err(format!("no check for scenario {other}")),
+    }
+}
+
+#[test]
+fn every_scenario_runs_end_to_end_and_shows_its_phenomenon() {
+    let _g = common::serial();
+    if !common::can_run("every_scenario") {
+        return;
+    }
+    let out = common::scratch("scenarios");
+    let mut failures = Vec::new();
+    for sc in Scenario::all() {
+        let started = std::time::Instant::now();
+        let opts = RunOptions { out_dir: out.clone(), ..RunOptions::default() };
+        let res = sc.run(&opts).and_then(|t| Truth::load(&t.run_dir.join("truth.json")));
+        match res {
+            Ok(t) => {
+                eprintln!(
+                    "{:<22} {:>6.1} Mbit/s eff {:>5.2} jain {:>5.3} rto {:>2} lostretx {:>4} ({:.0} s)",
+                    sc.name,
+                    t.summary.goodput_mbit,
+                    t.summary.efficiency.unwrap_or(0.0),
+                    t.summary.jain_index.unwrap_or(0.0),
+                    t.summary.rto_timeouts,
+                    t.summary.lost_retransmits,
+                    started.elapsed().as_secs_f64()
+                );
+                if let Err(e) = check(&t) {
+                    failures.push(format!("{}: {e}", sc.name));
+                }
+            }
+            Err(e) => failures.push(format!("{}: run failed: {e}", sc.name)),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(failures.is_empty(), "scenario checks failed:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn run_with_calls_hooks_before_and_after_traffic_with_the_lab_up() {
+    let _g = common::serial();
+    if !common::can_run("run_with_hooks") {
+        return;
+    }
+    let mut sc = Scenario::by_name("clean").unwrap_or_else(|e| panic!("{e}"));
+    sc.apply_knobs(&tcpvigil_lab::Knobs { duration: Some(2), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let opts = RunOptions { out_dir: common::scratch("run_with"), ..RunOptions::default() };
+    let (truth, (ready, done, ns_alive)) = sc
+        .run_with(
+            &opts,
+            |lab| {
+                assert_eq!(lab.senders().len(), 1);
+                Ok(tcpvigil_lab::clock::Stamp::now())
+            },
+            |ready, lab, _truth| {
+                let alive = lab.exec(&lab.senders()[0].netns, &["true"]).is_ok();
+                Ok((ready, tcpvigil_lab::clock::Stamp::now(), alive))
+            },
+        )
+        .unwrap_or_else(|e| panic!("run_with: {e}"));
+    assert!(ready.mono_ns < truth.traffic_start.mono_ns, "on_ready ran after traffic started");
+    assert!(done.mono_ns > truth.traffic_end.mono_ns, "on_done ran before traffic ended");
+    assert!(ns_alive, "the lab was already gone in on_done");
+    assert!(
+        !truth.senders.is_empty()
+            && tcpvigil_lab::registry::list_lab_netns().iter().all(|n| !n.starts_with(&truth.senders[0].netns)),
+        "namespaces left behind"
+    );
+    let _ = std::fs::remove_dir_all(&opts.out_dir);
+}
