@@ -33,6 +33,9 @@ pub struct Args {
     /// Write findings as JSON lines to this file ("-" for stdout; overrides export.events).
     #[arg(long)]
     events: Option<String>,
+    /// Create this file once the probes are attached and the daemon serves (for harnesses).
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -67,7 +70,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(daemon(agent, cfg, web, a.config))
+    rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file))
 }
 
 fn health(agent: &Agent, events_errors: u64) -> Health {
@@ -98,7 +101,13 @@ fn health(agent: &Agent, events_errors: u64) -> Health {
     }
 }
 
-async fn daemon(mut agent: Agent, cfg: Config, web: Option<WebConfig>, cfg_path: Option<PathBuf>) -> Result<ExitCode> {
+async fn daemon(
+    mut agent: Agent,
+    cfg: Config,
+    web: Option<WebConfig>,
+    cfg_path: Option<PathBuf>,
+    ready_file: Option<PathBuf>,
+) -> Result<ExitCode> {
     let exact = agent.variants.uses(Prog::MarkLost);
     let mut table = ConnTable::new(exact);
     let mut detectors = Detectors::new(&cfg.detect);
@@ -125,6 +134,9 @@ async fn daemon(mut agent: Agent, cfg: Config, web: Option<WebConfig>, cfg_path:
     let mut found: Vec<Finding> = Vec::new();
     ready.store(true, Ordering::SeqCst);
     notify("READY=1");
+    if let Some(r) = &ready_file {
+        std::fs::File::create(r).with_context(|| format!("creating the ready file {}", r.display()))?;
+    }
     tracing::info!("tcpvigil running");
     loop {
         tokio::select! {

@@ -36,6 +36,8 @@ impl DetectConfig {
 
 /// All detectors behind one interface: feed events and ticks, collect findings.
 pub struct Detectors {
+    /// Connections whose receiver closed its window: their rwnd-limited time is that stop.
+    zero_window: std::collections::HashSet<u64>,
     stop: stop::StopDetector,
     fairness: fairness::FairnessDetector,
     limits: limits::LimitsDetector,
@@ -44,6 +46,7 @@ pub struct Detectors {
 impl Detectors {
     pub fn new(cfg: &DetectConfig) -> Self {
         Detectors {
+            zero_window: Default::default(),
             stop: stop::StopDetector::new(cfg.stop.clone()),
             fairness: fairness::FairnessDetector::new(cfg.fairness.clone()),
             limits: limits::LimitsDetector::new(cfg.limits.clone()),
@@ -52,15 +55,40 @@ impl Detectors {
 
     /// One event (already folded into `table`).
     pub fn observe(&mut self, ev: &Event, table: &ConnTable, out: &mut Vec<Finding>) {
+        let from = out.len();
         self.stop.observe(ev, out);
         self.fairness.observe(ev, table);
         self.limits.observe(ev, out);
+        self.explain(from, out);
+    }
+
+    /// One diagnosis per phenomenon: a zero-window stop already says the receive window held
+    /// the sender back, so no separate rwnd-limited finding for that connection.
+    fn explain(&mut self, from: usize, out: &mut Vec<Finding>) {
+        for f in &out[from..] {
+            if f.cause == "zero_window" {
+                if let Some(c) = f.conn {
+                    self.zero_window.insert(c.cookie);
+                }
+            }
+        }
+        let zw = &self.zero_window;
+        let mut i = from;
+        while i < out.len() {
+            if out[i].cause == "rwnd_limited" && out[i].conn.is_some_and(|c| zw.contains(&c.cookie)) {
+                out.remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
+        let from = out.len();
         self.stop.tick(now_ns, out);
         self.fairness.tick(now_ns, table, out);
+        self.explain(from, out);
     }
 }
 

@@ -83,6 +83,8 @@ struct Conn {
     active: Option<u64>,
     /// Recent (time of ACK, bytes acked) points, two seconds at most.
     hist: std::collections::VecDeque<(u64, u64)>,
+    /// When delivery became healthy again during a stop (it must last before the stop ends).
+    resume: Option<u64>,
     /// Delivery was seen healthy at least once (a baseline exists).
     seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
@@ -104,6 +106,7 @@ impl Conn {
             ev: Evidence::default(),
             active: None,
             hist: Default::default(),
+            resume: None,
             seen_healthy: false,
             closing: false,
         }
@@ -136,6 +139,7 @@ impl Conn {
             self.hist.pop_front();
         }
         if !healthy {
+            self.resume = None;
             if acked > self.acked {
                 self.ev.acks += 1;
                 self.ev.delivered += acked - self.acked;
@@ -149,11 +153,17 @@ impl Conn {
             // Delivered before the silence began (seen late by a snapshot): the stop goes on.
             Some(_) if obs.saturating_sub(ack_ts) > cfg.threshold_ns(self.srtt_us) => self.anchor.1 = acked,
             Some(start) => {
-                self.active = None;
-                let end = ack_ts.max(start);
-                out.push(self.finding(cfg, obs, start, Some(end)));
-                self.anchor = (ack_ts, acked);
-                self.ev = Evidence::default();
+                // Delivery must stay healthy for a window before the stop counts as over:
+                // a window probe or one burst does not end it.
+                let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
+                let resumed = *self.resume.get_or_insert(ack_ts);
+                if ack_ts >= resumed + w {
+                    self.active = None;
+                    self.resume = None;
+                    out.push(self.finding(cfg, obs, start, Some(resumed.max(start))));
+                    self.anchor = (ack_ts, acked);
+                    self.ev = Evidence::default();
+                }
             }
             None => {
                 self.anchor = (ack_ts, acked);
@@ -438,6 +448,7 @@ mod tests {
         run_ticks(&mut d, &mut out, at, at + 100 * MS);
         let resume = at + 150 * MS;
         d.observe(&ev(resume, sample(acked + 2_000_000, 2, 4, 1 << 20)), &mut out);
+        d.observe(&ev(resume + 150 * MS, sample(acked + 6_000_000, 20, 0, 1 << 20)), &mut out);
         let last = out.last().unwrap();
         assert!(!last.ongoing);
         assert_eq!(last.cause, "path_silent");
@@ -454,6 +465,7 @@ mod tests {
         run_ticks(&mut d, &mut out, t, t + 300 * MS);
         d.observe(&ev(t + 300 * MS, Body::Rto(Rto { retransmits: 0, rto_us: 220_000, backoff: 0, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 50 })), &mut out);
         d.observe(&ev(t + 350 * MS, sample(acked + 3_000_000, 2, 4, 1 << 20)), &mut out);
+        d.observe(&ev(t + 500 * MS, sample(acked + 7_000_000, 20, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
         assert_eq!(last.cause, "rto");
         assert!(!last.ongoing);
@@ -471,6 +483,7 @@ mod tests {
             d.tick(t, &mut out);
         }
         d.observe(&ev(t + 50 * MS, sample(acked + 5_000_000, 40, 0, 1 << 20)), &mut out);
+        d.observe(&ev(t + 200 * MS, sample(acked + 9_000_000, 40, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
         assert_eq!(last.cause, "cwnd_collapse");
         assert!(out.iter().any(|f| f.ongoing), "reported while in progress");
@@ -488,6 +501,7 @@ mod tests {
         };
         d.observe(&ev(t + 400 * MS, Body::Retrans(r)), &mut out);
         d.observe(&ev(t + 450 * MS, sample(acked + 3_000_000, 10, 0, 1 << 20)), &mut out);
+        d.observe(&ev(t + 600 * MS, sample(acked + 7_000_000, 10, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
         assert_eq!(last.cause, "lost_retransmit");
         assert_eq!(last.evidence["max_lost_retransmit_delay_s"], 0.38);
