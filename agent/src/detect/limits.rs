@@ -105,7 +105,8 @@ impl LimitsDetector {
             "busy_s": busy,
         });
         let mut found: Vec<(&'static str, serde_json::Value)> = Vec::new();
-        if busy >= cfg.min_busy_s && rwnd / busy >= cfg.limited_fraction {
+        // A closed window is a receiver that stopped reading (a zero-window stop), not a buffer to size.
+        if s.snd_wnd > 0 && busy >= cfg.min_busy_s && rwnd / busy >= cfg.limited_fraction {
             found.push(("rwnd_limited", json!({
                 "limited_fraction": rwnd / busy,
                 "advice": format!("the receiver's window holds the sender back: raise net.ipv4.tcp_rmem max on the receiver to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
@@ -158,6 +159,7 @@ mod tests {
             rate_delivered: 1727,
             rate_interval_us: 100_000,
             cwnd: 200,
+            snd_wnd: 1 << 20,
             ..Default::default()
         }
     }
