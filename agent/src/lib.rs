@@ -5,5 +5,6 @@ pub mod bpf;
 pub mod detect;
 pub mod export;
 pub mod model;
+pub mod plot;
 pub mod recording;
 pub mod watch;

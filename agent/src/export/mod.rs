@@ -1,1 +1,2 @@
 //! export (being built).
+pub mod recorder;
