@@ -86,7 +86,7 @@ pub fn conn_figure(s: &ConnSeries) -> String {
 
     // (a) goodput.
     let gmax = max_of(s.goodput.iter().map(|g| g.1)).max(max_of([s.max_rate_bps / 1e6].into_iter())).max(1.0);
-    let a = Panel { x: LEFT, y: 66.0, w: PLOT_W, h: 185.0, xr, yr: (0.0, gmax * 1.08) };
+    let a = Panel { x: LEFT, y: 66.0, w: PLOT_W, h: 185.0, xr, yr: (0.0, gmax * 1.22) };
     shade_stops(&mut svg, &a, s);
     a.axes(&mut svg, "", "goodput (Mbit/s)");
     let mut px = Vec::new();

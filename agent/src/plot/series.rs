@@ -153,8 +153,13 @@ impl ConnSeries {
         let mut seq = Seq { base: None, abs: 0, last: 0, mss: mss as f64 };
         let mut acked: Option<u64> = None;
         let mut bins: Vec<u64> = Vec::new();
-        let add = |bins: &mut Vec<u64>, at: f64, bytes: u64| {
-            let i = ((at - s.start) / bin_s).max(0.0) as usize;
+        // Integer nanoseconds, so that a bin holds exactly the samples of its interval.
+        let bin_ns = ((bin_s * 1e9) as u64).max(1);
+        let bin_s = bin_ns as f64 / 1e9;
+        s.bin_s = bin_s;
+        let first_ns = first.ts_ns;
+        let add = |bins: &mut Vec<u64>, at_ns: u64, bytes: u64| {
+            let i = (at_ns.saturating_sub(first_ns) / bin_ns) as usize;
             if bins.len() <= i {
                 bins.resize(i + 1, 0);
             }
@@ -177,7 +182,7 @@ impl ConnSeries {
                         acked = Some(acked.unwrap_or(0).max(x.bytes_acked));
                     }
                     s.bytes += bytes;
-                    add(&mut bins, now, bytes);
+                    add(&mut bins, e.ts_ns, bytes);
                     s.max_rate_bps = s.max_rate_bps.max(x.delivery_rate_bps() * 8.0);
                     s.seq.push((now, una, seq.rel(x.snd_nxt)));
                     for &(a, b) in &x.sack {
@@ -235,7 +240,7 @@ impl ConnSeries {
                         };
                         acked = Some(acked.unwrap_or(0).max(x.bytes_acked));
                         s.bytes += bytes;
-                        add(&mut bins, now, bytes);
+                        add(&mut bins, e.ts_ns, bytes);
                         let una = seq.una(x.snd_una);
                         s.seq.push((now, una, seq.rel(x.snd_nxt)));
                         s.board.push(Board {
@@ -254,7 +259,16 @@ impl ConnSeries {
                 Body::State(_) => {}
             }
         }
-        s.goodput = bins.iter().enumerate().map(|(i, b)| (s.start + i as f64 * bin_s, *b as f64 * 8.0 / bin_s / 1e6)).collect();
+        s.goodput = bins
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let from = s.start + i as f64 * bin_s;
+                // The last bin may be cut short by the end of the recording.
+                let width = (s.end - from).clamp(bin_s * 0.05, bin_s);
+                (from, *b as f64 * 8.0 / width / 1e6)
+            })
+            .collect();
         for f in findings.iter().filter(|f| f.kind == FindingKind::Stop) {
             let from = t(f.start_ns);
             let to = match f.duration_s {

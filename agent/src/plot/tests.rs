@@ -103,14 +103,17 @@ fn findings_file_with_a_bad_line_is_an_error_naming_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Regenerates the docs pictures and the demo recording:
-/// `TCPVIGIL_DEMO_OUT=docs/img cargo test -p tcpvigil --lib plot::tests::demo -- --ignored`.
+/// Regenerates the docs pictures (docs/img/plot-outage.png, plot-parallel-4.png) and leaves the
+/// demo recordings in the temp dir (`tcpvigil-demo-*.jsonl`, with `.findings.jsonl` beside):
+/// `TCPVIGIL_DEMO_OUT=$PWD/docs/img cargo test -p tcpvigil --lib plot::tests::demo -- --ignored`.
 #[test]
 #[ignore = "writes files; run by hand to refresh docs/img"]
 fn demo_pictures_and_recordings() {
     let out = PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
     std::fs::create_dir_all(&out).unwrap();
-    for (name, (rec, findings)) in [("outage", synth::outage()), ("parallel-4", synth::parallel())] {
+    for (name, pick, (rec, findings)) in
+        [("outage", "conn-40961.png", synth::outage()), ("parallel-4", "group-1.png", synth::parallel())]
+    {
         let path = std::env::temp_dir().join(format!("tcpvigil-demo-{name}.jsonl"));
         let mut buf = Vec::new();
         crate::recording::write_header(&mut buf, &rec.header).unwrap();
@@ -120,7 +123,9 @@ fn demo_pictures_and_recordings() {
         std::fs::write(&path, buf).unwrap();
         let fl: String = findings.iter().map(|f| serde_json::to_string(f).unwrap() + "\n").collect();
         std::fs::write(findings_path_for(&path), fl).unwrap();
-        let files = plot_recording(&rec, None, &findings, &out.join(name)).unwrap();
-        eprintln!("{}: {files:?} (recording {})", name, path.display());
+        let all = std::env::temp_dir().join(format!("tcpvigil-demo-{name}"));
+        let files = plot_recording(&rec, None, &findings, &all).unwrap();
+        std::fs::copy(all.join(pick), out.join(format!("plot-{name}.png"))).unwrap();
+        eprintln!("{name}: {} pictures in {}, recording {}", files.len(), all.display(), path.display());
     }
 }

@@ -158,7 +158,7 @@ fn draw_header(f: &mut Frame, area: Rect, c: &ConnView) {
 }
 
 fn draw_single(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch: &mut Scratch) {
-    let [left, right] = Layout::horizontal([Constraint::Length(48), Constraint::Min(40)]).areas(area);
+    let [left, right] = Layout::horizontal([Constraint::Length(56), Constraint::Min(40)]).areas(area);
     let [nums, held, log] =
         Layout::vertical([Constraint::Length(14), Constraint::Length(7), Constraint::Min(3)]).areas(left);
     draw_numbers(f, nums, st, c);
@@ -265,37 +265,56 @@ fn draw_holds_back(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scr
 
 fn draw_log(f: &mut Frame, area: Rect, st: &WatchState, with_conn: bool) {
     let rows = area.height.saturating_sub(2) as usize;
-    let skip = st.log.len().saturating_sub(rows);
-    let lines: Vec<Line> = st
-        .log
-        .iter()
-        .skip(skip)
-        .map(|l| {
-            let color = match l.kind {
-                LogKind::Finding => Color::LightRed,
-                LogKind::Rto | LogKind::LostRetrans => Color::Red,
-                LogKind::Ca => Color::Yellow,
-                LogKind::State | LogKind::Close => Color::Gray,
-            };
-            let rep = if l.repeat > 1 { format!(" ×{}", l.repeat) } else { String::new() };
-            let who = if with_conn { format!("#{} ", l.cookie) } else { String::new() };
-            Line::from(vec![
-                Span::styled(format!("{:>7.3} ", st.rel_s(l.ts_ns)), Style::new().fg(Color::DarkGray)),
-                Span::styled(format!("{who}{}{rep}", l.text), Style::new().fg(color)),
-            ])
-        })
-        .collect();
+    let width = area.width.saturating_sub(2) as usize;
+    let text_w = width.saturating_sub(8).max(8);
+    // Newest entries last; long entries wrap under their text, not under the time.
+    let mut lines: Vec<Line> = Vec::with_capacity(rows);
+    for l in st.log.iter().rev() {
+        if lines.len() >= rows {
+            break;
+        }
+        let color = match l.kind {
+            LogKind::Finding => Color::LightRed,
+            LogKind::Rto | LogKind::LostRetrans => Color::Red,
+            LogKind::Ca => Color::Yellow,
+            LogKind::State | LogKind::Close => Color::Gray,
+        };
+        let rep = if l.repeat > 1 { format!(" ×{}", l.repeat) } else { String::new() };
+        let who = if with_conn { format!("#{} ", l.cookie) } else { String::new() };
+        let text: Vec<char> = format!("{who}{}{rep}", l.text).chars().collect();
+        let mut chunk: Vec<Line> = text
+            .chunks(text_w)
+            .enumerate()
+            .map(|(i, c)| {
+                let t = if i == 0 { format!("{:>7.3} ", st.rel_s(l.ts_ns)) } else { " ".repeat(8) };
+                Line::from(vec![
+                    Span::styled(t, Style::new().fg(Color::DarkGray)),
+                    Span::styled(c.iter().collect::<String>(), Style::new().fg(color)),
+                ])
+            })
+            .collect();
+        chunk.reverse();
+        lines.extend(chunk);
+    }
+    lines.truncate(rows);
+    lines.reverse();
     f.render_widget(Paragraph::new(lines).block(Block::bordered().title(" events ")), area);
 }
 
 fn x_axis(st: &WatchState) -> Axis<'static> {
-    let end = st.rel_s(st.view_end_ns());
-    let start = end - st.window_s as f64;
+    let (start, end) = x_bounds(st);
     Axis::default()
         .title("s")
         .style(Style::new().fg(Color::Gray))
         .bounds([start, end])
         .labels([format!("{start:.1}"), format!("{:.1}", (start + end) / 2.0), format!("{end:.1}")])
+}
+
+/// The window ending now, but never before the first event: early on, data grows from the left.
+fn x_bounds(st: &WatchState) -> (f64, f64) {
+    let w = st.window_s as f64;
+    let end = st.rel_s(st.view_end_ns()).max(w);
+    (end - w, end)
 }
 
 fn y_axis(title: &'static str, lo: f64, hi: f64, fmt: fn(f64) -> String) -> Axis<'static> {
@@ -305,6 +324,20 @@ fn y_axis(title: &'static str, lo: f64, hi: f64, fmt: fn(f64) -> String) -> Axis
         .style(Style::new().fg(Color::Gray))
         .bounds([lo, hi])
         .labels([fmt(lo), fmt((lo + hi) / 2.0), fmt(hi)])
+}
+
+/// A chart title whose series names are written in their colours (the legend, out of the data's way).
+fn legend_title(head: String, items: &[(&'static str, Color)]) -> Line<'static> {
+    let mut spans = vec![Span::raw(head)];
+    for (name, color) in items {
+        spans.push(Span::styled(format!("━ {name} "), Style::new().fg(*color)));
+    }
+    Line::from(spans)
+}
+
+/// Charts carry their legend in the title.
+fn with_legend(c: Chart<'_>) -> Chart<'_> {
+    c.legend_position(None)
 }
 
 fn fmt_int(v: f64) -> String {
@@ -336,8 +369,8 @@ fn draw_goodput(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratc
     let mut max = goodput_points(st, c, &mut s[0]);
     let rate = c.max_rate_bps / 1e6;
     if rate > 0.0 {
-        let end = st.rel_s(st.view_end_ns());
-        s[1].extend([(end - st.window_s as f64, rate), (end, rate)]);
+        let (a, b) = x_bounds(st);
+        s[1].extend([(a, rate), (b, rate)]);
         max = max.max(rate);
     }
     let bin_ms = (c.live.srtt_us as f64 / 1e3).max(super::state::MIN_BIN_NS as f64 / 1e6);
@@ -355,8 +388,11 @@ fn draw_goodput(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratc
             .style(Style::new().fg(Color::DarkGray))
             .data(&s[1]),
     ];
-    let title = format!(" goodput per RTT bin ({bin_ms:.0} ms), Mbit/s ");
-    let chart = Chart::new(ds)
+    let title = legend_title(
+        format!(" goodput per RTT bin ({bin_ms:.0} ms), Mbit/s: "),
+        &[("goodput", C_GOODPUT), ("max delivery rate", Color::DarkGray)],
+    );
+    let chart = with_legend(Chart::new(ds))
         .block(Block::bordered().title(title))
         .x_axis(x_axis(st))
         .y_axis(y_axis("Mbit/s", 0.0, max * 1.1, fmt_int));
@@ -385,8 +421,11 @@ fn draw_window(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch
             Dataset::default().name(n).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(c)).data(d)
         })
         .collect();
-    let title = format!(" cwnd, in_flight, scoreboard (segments) — CA {} ", ca_state_name(c.live.ca_state));
-    let chart = Chart::new(ds)
+    let title = legend_title(
+        format!(" segments, CA {}: ", ca_state_name(c.live.ca_state)),
+        &[("cwnd", C_CWND), ("in_flight", C_FLIGHT), ("lost_out", C_LOST), ("sacked_out", C_SACKED), ("retrans_out", C_RETRANS)],
+    );
+    let chart = with_legend(Chart::new(ds))
         .block(Block::bordered().title(title))
         .x_axis(x_axis(st))
         .y_axis(y_axis("seg", 0.0, max as f64 * 1.1, fmt_int));
@@ -417,8 +456,11 @@ fn draw_seq(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch: &
         Dataset::default().name("snd_nxt").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(C_NXT)).data(&s[1]),
         Dataset::default().name("SACK").marker(Marker::Dot).graph_type(GraphType::Scatter).style(Style::new().fg(C_SACKED)).data(&s[2]),
     ];
-    let chart = Chart::new(ds)
-        .block(Block::bordered().title(" sequence: snd_una, snd_nxt, first SACK block (MSS since start) "))
+    let chart = with_legend(Chart::new(ds))
+        .block(Block::bordered().title(legend_title(
+            " sequence, MSS since start: ".into(),
+            &[("snd_una", C_UNA), ("snd_nxt", C_NXT), ("first SACK block", C_SACKED)],
+        )))
         .x_axis(x_axis(st))
         .y_axis(y_axis("MSS", lo.floor(), hi.ceil() + 1.0, fmt_int));
     f.render_widget(chart, area);

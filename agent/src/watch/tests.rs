@@ -270,3 +270,72 @@ async fn watch_replay_in_a_terminal() {
     let s = run(opts, rx).await.unwrap();
     eprintln!("{}", serde_json::to_string(&s).unwrap());
 }
+
+/// A ratatui buffer as an SVG terminal screenshot (8x16 px cells, DejaVu Sans Mono).
+fn buffer_svg(buf: &ratatui::buffer::Buffer) -> String {
+    use ratatui::style::Color;
+    use std::fmt::Write as _;
+    fn hex(c: Color, default: &str) -> String {
+        let s = match c {
+            Color::Reset => return default.to_string(),
+            Color::Black => "#1e1e1e",
+            Color::Red => "#e05252",
+            Color::Green => "#5fbf5f",
+            Color::Yellow => "#e5c07b",
+            Color::Blue => "#5f87d7",
+            Color::Magenta => "#c678dd",
+            Color::Cyan => "#56b6c2",
+            Color::Gray => "#b0b0b0",
+            Color::DarkGray => "#6b6b6b",
+            Color::LightRed => "#ff7b72",
+            Color::LightGreen => "#8fe08f",
+            Color::LightYellow => "#f0e08a",
+            Color::LightBlue => "#79b8ff",
+            Color::LightMagenta => "#e0a0f0",
+            Color::LightCyan => "#8be9fd",
+            Color::White => "#f0f0f0",
+            Color::Rgb(r, g, b) => return format!("#{r:02x}{g:02x}{b:02x}"),
+            Color::Indexed(_) => "#d0d0d0",
+        };
+        s.to_string()
+    }
+    let (cw, ch) = (8.0, 16.0);
+    let (w, h) = (buf.area.width as f64 * cw, buf.area.height as f64 * ch);
+    let mut s = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="DejaVu Sans Mono, monospace" font-size="13.3"><rect width="{w}" height="{h}" fill="#1e1e1e"/>"##
+    );
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            let c = &buf[(x, y)];
+            let (px, py) = (x as f64 * cw, y as f64 * ch);
+            if c.bg != Color::Reset {
+                let _ = write!(s, r#"<rect x="{px}" y="{py}" width="{cw}" height="{ch}" fill="{}"/>"#, hex(c.bg, "#1e1e1e"));
+            }
+            let sym = c.symbol();
+            if sym.trim().is_empty() {
+                continue;
+            }
+            let esc = sym.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let bold = if c.modifier.contains(ratatui::style::Modifier::BOLD) { r#" font-weight="bold""# } else { "" };
+            let _ = write!(s, r#"<text x="{px}" y="{}" fill="{}"{bold}>{esc}</text>"#, py + 12.5, hex(c.fg, "#d0d0d0"));
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The docs screenshot of the view 3 s into the synthetic outage (mid-stop):
+/// `TCPVIGIL_DEMO_OUT=$PWD/docs/img cargo test -p tcpvigil --lib watch::tests::screenshot -- --ignored`.
+#[test]
+#[ignore = "writes files; run by hand to refresh docs/img"]
+fn screenshot_of_the_outage_mid_stop() {
+    let out = std::path::PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
+    std::fs::create_dir_all(&out).unwrap();
+    let inputs = outage_inputs();
+    let mut st = WatchState::new(":5201".parse().unwrap(), false, 5);
+    fold_until(&mut st, &inputs, 3000);
+    let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
+    term.draw(|f| draw(f, &st, &Hud { fps: 20.0, closing: false }, &mut Scratch::default())).unwrap();
+    let svg = buffer_svg(term.backend().buffer());
+    std::fs::write(out.join("watch-outage.png"), crate::plot::svg::png(&svg).unwrap()).unwrap();
+}
