@@ -15,9 +15,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::model::record::StateChange;
-use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto, Sample};
+use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto};
 use crate::plot;
 use crate::recording::{self, Header};
+
+mod codec;
+pub use codec::CHUNK_BYTES;
+use codec::SampleLog;
 
 /// `[recorder]` in the config file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -29,7 +33,7 @@ pub struct RecorderConfig {
     pub seconds_before: f64,
     /// History recorded after a finding's latest report before the dump is written, seconds.
     pub seconds_after: f64,
-    /// Memory cap of one connection's history, bytes (measured: ~150 bytes per per-ACK sample).
+    /// Memory cap of one connection's history, bytes (measured: ~40 bytes per per-ACK sample, see the tests).
     pub max_bytes_per_conn: usize,
     /// Connections with a history at once; the least recently active is dropped first.
     pub max_conns: usize,
@@ -88,11 +92,10 @@ pub const FOLLOW_S: f64 = 60.0;
 /// A connection with this many bytes acknowledged in a snapshot is bulk even without samples.
 pub const BULK_BYTES: u64 = 1 << 20;
 
-/// One stored event: samples and loss events inline (most of the history), snapshots and owners
-/// boxed so that they do not make every slot as large as a snapshot.
+/// One stored event other than a sample: loss events inline, snapshots and owners boxed so that
+/// they do not make every slot as large as a snapshot. Samples go to the compact `SampleLog`.
 #[derive(Debug, Clone)]
 enum Item {
-    Sample(Sample),
     Retrans(Retrans),
     LostRetrans(Retrans),
     CaState(CaState),
@@ -104,7 +107,6 @@ enum Item {
 impl Item {
     fn of(b: &Body) -> Item {
         match b {
-            Body::Sample(x) => Item::Sample(x.clone()),
             Body::Retrans(x) => Item::Retrans(x.clone()),
             Body::LostRetrans(x) => Item::LostRetrans(x.clone()),
             Body::CaState(x) => Item::CaState(x.clone()),
@@ -116,7 +118,6 @@ impl Item {
 
     fn body(&self) -> Body {
         match self {
-            Item::Sample(x) => Body::Sample(x.clone()),
             Item::Retrans(x) => Body::Retrans(x.clone()),
             Item::LostRetrans(x) => Body::LostRetrans(x.clone()),
             Item::CaState(x) => Body::CaState(x.clone()),
@@ -137,7 +138,6 @@ struct Stored {
 fn stored_bytes(s: &Stored) -> usize {
     size_of::<Stored>()
         + match &s.item {
-            Item::Sample(x) => x.sack.capacity() * size_of::<(u32, u32)>(),
             Item::Retrans(_) | Item::LostRetrans(_) | Item::CaState(_) | Item::Rto(_) | Item::State(_) => 0,
             Item::Other(b) => {
                 size_of::<Body>()
@@ -153,7 +153,9 @@ fn stored_bytes(s: &Stored) -> usize {
 #[derive(Debug)]
 struct History {
     id: ConnId,
+    samples: SampleLog,
     items: VecDeque<Stored>,
+    /// Bytes of `items` (the sample log counts its own).
     bytes: usize,
     last_ns: u64,
     closed: bool,
@@ -287,7 +289,7 @@ impl Recorder {
             self.make_room();
             self.conns.insert(
                 cookie,
-                History { id: ev.conn, items: VecDeque::new(), bytes: 0, last_ns: ev.ts_ns, closed: false, snap: None },
+                History { id: ev.conn, samples: SampleLog::default(), items: VecDeque::new(), bytes: 0, last_ns: ev.ts_ns, closed: false, snap: None },
             );
         }
         let keep_from = self.now_ns.saturating_sub(ns(self.cfg.seconds_before));
@@ -301,19 +303,41 @@ impl Recorder {
         if let Body::Close(_) = &ev.body {
             h.closed = true;
         }
-        let s = Stored { ts_ns: ev.ts_ns, item: Item::of(&ev.body) };
-        h.bytes += stored_bytes(&s);
-        h.items.push_back(s);
-        while let Some(front) = h.items.front() {
-            let old = front.ts_ns < keep_from;
-            if !old && h.bytes <= cap {
+        if let Body::Sample(x) = &ev.body {
+            h.samples.push(ev.ts_ns, x);
+        } else {
+            let s = Stored { ts_ns: ev.ts_ns, item: Item::of(&ev.body) };
+            h.bytes += stored_bytes(&s);
+            h.items.push_back(s);
+        }
+        // Drop what is older than needed, then the oldest until under the cap.
+        loop {
+            let item_ts = h.items.front().map(|s| s.ts_ns);
+            let chunk_end = h.samples.oldest_chunk_end();
+            let old_item = item_ts.is_some_and(|t| t < keep_from);
+            let old_chunk = chunk_end.is_some_and(|t| t < keep_from) && !h.samples.is_empty();
+            let over = h.bytes + h.samples.bytes() > cap;
+            if !(old_item || old_chunk || over) {
                 break;
             }
-            if !old {
-                self.evicted_events += 1;
+            // Which goes: an expired one, else the older of the two fronts.
+            let chunk_first = h.samples.first_ts().unwrap_or(u64::MAX);
+            let take_item = old_item || (!old_chunk && item_ts.is_some_and(|t| t <= chunk_first));
+            if take_item {
+                if let Some(front) = h.items.pop_front() {
+                    h.bytes -= stored_bytes(&front);
+                    self.evicted_events += u64::from(!old_item);
+                }
+            } else {
+                // The chunk being filled goes too if it alone is over the cap.
+                let n = h.samples.pop_front();
+                if !old_chunk {
+                    self.evicted_events += n as u64;
+                }
+                if n == 0 {
+                    break;
+                }
             }
-            h.bytes -= stored_bytes(front);
-            h.items.pop_front();
         }
     }
 
@@ -394,9 +418,13 @@ impl Recorder {
         for k in &job.cookies {
             let Some(h) = self.conns.get(k) else { continue };
             let first = events.len();
+            let mut samples = Vec::new();
+            h.samples.window(job.from_ns, job.until_ns, &mut samples);
+            events.extend(samples.into_iter().map(|(ts_ns, s)| Event { ts_ns, conn: h.id, body: Body::Sample(s) }));
             for s in h.items.iter().filter(|s| s.ts_ns >= job.from_ns && s.ts_ns <= job.until_ns) {
                 events.push(Event { ts_ns: s.ts_ns, conn: h.id, body: s.item.body() });
             }
+            events[first..].sort_by_key(|e| e.ts_ns);
             let start = events.get(first).map_or(job.from_ns, |e| e.ts_ns);
             starts_ns = starts_ns.min(start);
             let has_snap = events[first..].iter().any(|e| matches!(e.body, Body::Snapshot(_) | Body::Close(_)));
@@ -412,9 +440,9 @@ impl Recorder {
     pub fn stats(&self) -> RecorderStats {
         RecorderStats {
             conns: self.conns.len(),
-            events: self.conns.values().map(|h| h.items.len()).sum(),
-            bytes: self.conns.values().map(|h| h.bytes).sum(),
-            largest_conn_bytes: self.conns.values().map(|h| h.bytes).max().unwrap_or(0),
+            events: self.conns.values().map(|h| h.items.len() + h.samples.len()).sum(),
+            bytes: self.conns.values().map(|h| h.bytes + h.samples.bytes()).sum(),
+            largest_conn_bytes: self.conns.values().map(|h| h.bytes + h.samples.bytes()).max().unwrap_or(0),
             open_jobs: self.jobs.len(),
             evicted_events: self.evicted_events,
             evicted_conns: self.evicted_conns,
@@ -497,159 +525,4 @@ pub fn write_dump(dump: &ReadyDump, dir: &Path, header: &Header) -> Result<DumpF
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plot::synth;
-
-    fn cfg(dir: &Path) -> RecorderConfig {
-        RecorderConfig { dir: dir.to_path_buf(), seconds_before: 2.0, seconds_after: 1.0, ..RecorderConfig::default() }
-    }
-
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tcpvigil-recorder-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
-
-    #[test]
-    fn config_denies_unknown_keys_and_checks_ranges() {
-        let ok: RecorderConfig = serde_json::from_str(r#"{"dir": "/tmp/x", "seconds_after": 5}"#).unwrap();
-        assert_eq!(ok.seconds_after, 5.0);
-        assert_eq!(ok.seconds_before, RecorderConfig::default().seconds_before);
-        let e = serde_json::from_str::<RecorderConfig>(r#"{"second_before": 5}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown field"), "{e}");
-        let bad = RecorderConfig { seconds_before: -1.0, ..RecorderConfig::default() };
-        assert!(bad.validate().unwrap_err().to_string().contains("seconds_before"));
-        let bad = RecorderConfig { max_bytes_per_conn: 10, ..RecorderConfig::default() };
-        assert!(Recorder::new(bad).is_err());
-    }
-
-    /// The number the docs quote: `cargo test -p tcpvigil --lib recorder::tests::memory -- --nocapture`.
-    #[test]
-    fn memory_per_stored_sample_is_measured_and_the_cap_holds() {
-        let (rec, _) = synth::outage();
-        let cap = 256 << 10;
-        let mut r = Recorder::new(RecorderConfig { seconds_before: 3600.0, max_bytes_per_conn: cap, ..cfg(Path::new("/nonexistent")) }).unwrap();
-        let samples = rec.events.iter().filter(|e| matches!(e.body, Body::Sample(_))).count();
-        let mut only = Recorder::new(r.config().clone()).unwrap();
-        for e in rec.events.iter().filter(|e| matches!(e.body, Body::Sample(_))).take(2000) {
-            only.on_event(e);
-        }
-        let s = only.stats();
-        let per_sample = s.bytes as f64 / s.events as f64;
-        for e in rec.events.iter().take(2000) {
-            r.on_event(e);
-        }
-        let s = r.stats();
-        let per_event = s.bytes as f64 / s.events as f64;
-        eprintln!(
-            "recorder: {per_sample:.0} bytes per stored sample, {per_event:.0} per event of the outage mix \
-             ({} bytes per slot; a model Event is {} bytes); {} samples per MiB",
-            size_of::<Stored>(),
-            size_of::<Event>(),
-            (1u64 << 20) / per_sample as u64
-        );
-        assert!(per_sample < 160.0, "{per_sample} bytes per stored sample");
-        assert!(per_event < 200.0, "{per_event} bytes per stored event");
-        for e in &rec.events {
-            r.on_event(e);
-        }
-        let s = r.stats();
-        assert!(s.largest_conn_bytes <= cap, "{} > {cap}", s.largest_conn_bytes);
-        assert!(s.evicted_events > 0 && s.events < samples);
-    }
-
-    #[test]
-    fn only_bulk_connections_get_a_history_and_max_conns_evicts_the_idlest() {
-        let mut r = Recorder::new(RecorderConfig { max_conns: 2, ..cfg(Path::new("/x")) }).unwrap();
-        let (rec, _) = synth::parallel();
-        let owner_only = rec.events.iter().find(|e| matches!(e.body, Body::Owner(_))).unwrap();
-        r.on_event(owner_only);
-        assert_eq!(r.stats().conns, 0, "an Owner event alone does not make a connection bulk");
-        for e in &rec.events {
-            r.on_event(e);
-        }
-        let s = r.stats();
-        assert_eq!(s.conns, 2);
-        assert!(s.evicted_conns >= 2);
-    }
-
-    #[test]
-    fn stop_dump_completes_after_seconds_after_and_writes_recording_findings_and_pictures() {
-        let dir = tmp("stop");
-        let (rec, findings) = synth::outage();
-        let mut r = Recorder::new(cfg(&dir)).unwrap();
-        let (first, last) = (&findings[0], &findings[1]);
-        let mut job = None;
-        let mut ready = Vec::new();
-        for e in &rec.events {
-            if job.is_none() && e.ts_ns >= first.ts_ns {
-                job = r.on_finding(first);
-                assert!(job.is_some());
-                assert_eq!(r.on_finding(first), None, "the same finding opens one job");
-            }
-            if e.ts_ns >= last.ts_ns && r.stats().open_jobs == 1 && ready.is_empty() {
-                assert_eq!(r.on_finding(last), None, "a later report extends the job");
-            }
-            r.on_event(e);
-            ready.extend(r.take_ready(e.ts_ns));
-            if !ready.is_empty() {
-                break;
-            }
-        }
-        let job = job.unwrap();
-        assert_eq!(ready.len(), 1);
-        let d = &ready[0];
-        assert_eq!(d.job.id, job.id);
-        // From 2 s before the stop's start (1.0 s) to 1 s after its end (4.0 s).
-        let t = |ns: u64| (ns - synth::T0) as f64 / 1e9;
-        assert!((t(d.job.until_ns) - 5.0).abs() < 1e-6, "{}", t(d.job.until_ns));
-        let (a, b) = (t(d.events[0].ts_ns), t(d.events.last().unwrap().ts_ns));
-        assert!(a <= 0.01 && b >= 4.99 && b <= 5.0, "{a}..{b}");
-        assert!(d.events.iter().any(|e| matches!(e.body, Body::Rto(_))));
-        let header = synth::header(&[]);
-        let files = write_dump(d, &dir, &header).unwrap();
-        assert!(files.dir.file_name().unwrap().to_string_lossy().starts_with("stop-40961-2023"), "{files:?}");
-        let back = recording::read(std::io::BufReader::new(std::fs::File::open(&files.recording).unwrap())).unwrap();
-        assert_eq!(back.events, d.events);
-        assert_eq!(back.header.filters, vec!["40961".to_string()]);
-        assert_eq!(plot::read_findings(&files.findings).unwrap()[0].duration_s, Some(3.0));
-        let names: Vec<String> = files.pictures.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        assert_eq!(names, vec!["conn-40961.png", "conn-40961.svg"]);
-        assert!(std::fs::metadata(&files.pictures[0]).unwrap().len() > 20_000);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn unfair_dump_holds_every_stream_of_the_group() {
-        let dir = tmp("unfair");
-        let (rec, findings) = synth::parallel();
-        let mut r = Recorder::new(cfg(&dir)).unwrap();
-        let mut opened = false;
-        let mut ready = Vec::new();
-        for e in &rec.events {
-            if !opened && e.ts_ns >= findings[0].ts_ns {
-                opened = r.on_finding(&findings[0]).is_some();
-            }
-            r.on_event(e);
-            ready.extend(r.take_ready(e.ts_ns));
-        }
-        assert!(opened);
-        assert_eq!(ready.len(), 1);
-        let mut cookies: Vec<u64> = ready[0].events.iter().map(|e| e.conn.cookie).collect();
-        cookies.dedup();
-        cookies.sort_unstable();
-        cookies.dedup();
-        assert_eq!(cookies, vec![50000, 50001, 50002, 50003]);
-        let files = write_dump(&ready[0], &dir, &synth::header(&[])).unwrap();
-        assert!(files.pictures.iter().any(|p| p.ends_with("group-1.png")), "{files:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn dump_names_use_utc_dates() {
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(19_675), (2023, 11, 14));
-        assert_eq!(civil(11_016), (2000, 2, 29));
-    }
-}
+mod tests;

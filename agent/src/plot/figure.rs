@@ -119,7 +119,8 @@ pub fn conn_figure(s: &ConnSeries) -> String {
     svg.frame(b.x, band_y, b.w, 10.0, "#999");
     shade_stops(&mut svg, &b, s);
     b.axes(&mut svg, "", "segments");
-    let series: [(&str, fn(&super::series::Board) -> f64); 5] = [
+    type Get = fn(&super::series::Board) -> f64;
+    let series: [(&str, Get); 5] = [
         (C_SACKED, |p| p.sacked),
         (C_LOST, |p| p.lost),
         (C_RETRANS, |p| p.retrans),
