@@ -3,6 +3,7 @@
 //! The caller (main) selects the matching connections in the kernel and feeds their events,
 //! the detectors' findings and ticks into `run`; `state` folds them, `render` draws, `input` maps
 //! keys, `term` owns the terminal. `--replay FILE` (hidden) feeds a recording at real speed instead.
+pub mod conn;
 pub mod input;
 pub mod render;
 pub mod replay;

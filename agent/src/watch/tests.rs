@@ -339,3 +339,24 @@ fn screenshot_of_the_outage_mid_stop() {
     let svg = buffer_svg(term.backend().buffer());
     std::fs::write(out.join("watch-outage.png"), crate::plot::svg::png(&svg).unwrap()).unwrap();
 }
+
+/// What a frame costs, without a terminal: `cargo test -p tcpvigil --release --lib
+/// render_cost -- --nocapture` prints it (the debug build is several times slower).
+#[test]
+fn render_cost_per_frame_is_measured_on_a_full_window() {
+    let inputs = outage_inputs();
+    let mut st = WatchState::new(":5201".parse().unwrap(), false, 10);
+    fold_until(&mut st, &inputs, 10_000);
+    let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
+    let mut scratch = Scratch::default();
+    let hud = Hud { fps: 20.0, closing: false };
+    term.draw(|f| draw(f, &st, &hud, &mut scratch)).unwrap();
+    let n = 50;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        term.draw(|f| draw(f, &st, &hud, &mut scratch)).unwrap();
+    }
+    let ms = t.elapsed().as_secs_f64() * 1e3 / n as f64;
+    eprintln!("watch: {ms:.2} ms to build a 160x48 frame with a 10 s window ({:.0} frames/s possible)", 1e3 / ms);
+    assert!(ms < 500.0, "{ms} ms per frame");
+}
