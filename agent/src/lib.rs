@@ -6,5 +6,6 @@ pub mod config;
 pub mod detect;
 pub mod export;
 pub mod model;
+pub mod plot;
 pub mod recording;
 pub mod watch;

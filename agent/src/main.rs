@@ -26,6 +26,10 @@ enum Cmd {
     Run(cmd::run::Args),
     /// Replay a recording through the detectors and print the diagnoses.
     Analyze(cmd::analyze::Args),
+    /// One connection (or a group) live in the terminal; JSON lines when not a terminal.
+    Watch(tcpvigil::watch::WatchOpts),
+    /// Pictures of a recording in the papers' style (SVG and PNG).
+    Plot(tcpvigil::plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +49,8 @@ fn main() -> ExitCode {
         Cmd::Record(a) => cmd::record::run(a),
         Cmd::Run(a) => cmd::run::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
+        Cmd::Watch(a) => cmd::watch::run(a),
+        Cmd::Plot(a) => cmd::plot::run(a),
     };
     match r {
         Ok(code) => code,

@@ -3,5 +3,7 @@ pub mod analyze;
 pub mod check;
 pub mod common;
 pub mod notify;
+pub mod plot;
 pub mod record;
 pub mod run;
+pub mod watch;

@@ -9,6 +9,7 @@ pub mod events;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod recorder;
 pub mod sdnotify;
 pub mod webconfig;
 

@@ -1,0 +1,70 @@
+//! `tcpvigil watch --conn FILTER`: select the connections in the kernel and feed the terminal view.
+use std::process::ExitCode;
+
+use anyhow::Result;
+use tcpvigil::bpf::agent::{Agent, Msg};
+use tcpvigil::bpf::load::Settings;
+use tcpvigil::bpf::variants::{capture_libbpf_log, choose, Prog};
+use tcpvigil::detect::{DetectConfig, Detectors};
+use tcpvigil::model::ConnTable;
+use tcpvigil::watch::{WatchInput, WatchOpts};
+use tokio::sync::mpsc;
+
+use super::common::*;
+
+pub fn run(opts: WatchOpts) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    if opts.replay.is_some() {
+        let (_tx, rx) = mpsc::channel(1);
+        rt.block_on(tcpvigil::watch::run(opts, rx))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Err(e) = require_privileges() {
+        return Ok(usage(e));
+    }
+    capture_libbpf_log();
+    let variants = choose();
+    if let Some(m) = variants.missing_essential().first() {
+        anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
+    }
+    let settings = Settings { bulk_interval_ns: 0, rules: opts.conn.rules(), snapshot_interval_ms: 500, ..Default::default() };
+    let exact = variants.uses(Prog::MarkLost);
+    let mut agent = Agent::start(settings, variants, 1 << 16, false)?;
+    let filter = opts.conn.clone();
+    let (tx, rx) = mpsc::channel(1 << 14);
+    let summary = rt.block_on(async move {
+        let feed = async {
+            // The same detectors as the daemon, on the watched connections only.
+            let mut table = ConnTable::new(exact);
+            let mut det = Detectors::new(&DetectConfig::default());
+            let mut found = Vec::new();
+            while let Some(msg) = agent.events.recv().await {
+                let input = match msg {
+                    Msg::Event(ev) if filter.matches(&ev.conn) => {
+                        table.apply(&ev);
+                        det.observe(&ev, &table, &mut found);
+                        WatchInput::Event(ev)
+                    }
+                    Msg::Event(_) => continue,
+                    Msg::Drained(t) => {
+                        det.tick(t, &table, &mut found);
+                        WatchInput::Tick(t)
+                    }
+                };
+                for f in found.drain(..) {
+                    if tx.send(WatchInput::Finding(f)).await.is_err() {
+                        return;
+                    }
+                }
+                if tx.send(input).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            s = tcpvigil::watch::run(opts, rx) => s,
+            _ = feed => Err(anyhow::anyhow!("the kernel feed ended")),
+        }
+    });
+    summary.map(|_| ExitCode::SUCCESS)
+}

@@ -1,0 +1,131 @@
+//! Tests of the pictures: non-trivial PNGs of the expected size from synthetic recordings.
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use resvg::tiny_skia::Pixmap;
+
+use super::series::ConnSeries;
+use super::*;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tcpvigil-plot-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Share of pixels that are not white, and how many distinct colours the picture has.
+fn ink(png: &Path) -> (f64, usize, u32, u32) {
+    let p = Pixmap::decode_png(&std::fs::read(png).unwrap()).unwrap();
+    let mut colors = HashSet::new();
+    let mut inked = 0usize;
+    for px in p.pixels() {
+        let c = (px.red(), px.green(), px.blue());
+        if c != (255, 255, 255) {
+            inked += 1;
+        }
+        colors.insert(c);
+    }
+    (inked as f64 / p.pixels().len() as f64, colors.len(), p.width(), p.height())
+}
+
+#[test]
+fn outage_picture_is_non_trivial_and_of_the_fixed_size() {
+    let (rec, findings) = synth::outage();
+    let dir = tmp("outage");
+    let files = plot_recording(&rec, None, &findings, &dir).unwrap();
+    let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["conn-40961.svg", "conn-40961.png"]);
+    let (share, colors, w, h) = ink(&files[1]);
+    assert_eq!((w, h), (WIDTH, HEIGHT));
+    assert!(share > 0.08, "only {:.1} % of the pixels are drawn", share * 100.0);
+    assert!(colors > 50, "only {colors} colours");
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    for want in ["10.77.0.1:40000 → 10.77.1.2:5201", "stop: lost_retransmission (3.0 s)", "RTO", "goodput (Mbit/s)", "sequence (MSS)", "time (s)", "Recovery"] {
+        assert!(svg.contains(want), "SVG lacks {want:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn series_of_the_outage_have_rtt_bins_a_stop_and_the_markers() {
+    let (rec, findings) = synth::outage();
+    let evs: Vec<&crate::model::Event> = rec.events.iter().collect();
+    let fs: Vec<&Finding> = findings.iter().collect();
+    let s = ConnSeries::build(&evs, &fs, synth::T0, None).unwrap();
+    assert!((s.bin_s - 0.010).abs() < 1e-9, "bins are one RTT: {}", s.bin_s);
+    assert_eq!(s.stops.len(), 1);
+    assert!((s.stops[0].from - 1.0).abs() < 1e-9 && (s.stops[0].to - 4.0).abs() < 1e-9);
+    assert_eq!(s.rtos.len(), 1);
+    assert_eq!(s.lost_retrans.len(), 12);
+    assert!(s.ca.iter().any(|c| c.1 == 3) && s.ca.iter().any(|c| c.1 == 4));
+    // Without findings the stop is inferred from the goodput, at about the same place.
+    let s = ConnSeries::build(&evs, &[], synth::T0, None).unwrap();
+    assert_eq!(s.stops.len(), 1, "{:?}", s.stops);
+    assert!(s.stops[0].inferred);
+    // The recovery before it (2 segments per RTT) is already nearly silent.
+    assert!(s.stops[0].from >= 0.45 && s.stops[0].from <= 1.05, "{:?}", s.stops);
+    assert!((s.stops[0].to - 4.0).abs() < 0.4, "{:?}", s.stops);
+}
+
+#[test]
+fn parallel_streams_get_a_group_picture() {
+    let (rec, findings) = synth::parallel();
+    let dir = tmp("parallel");
+    let files = plot_recording(&rec, None, &findings, &dir).unwrap();
+    assert_eq!(files.len(), 4 * 2 + 2, "{files:?}");
+    let group = files.iter().find(|p| p.to_string_lossy().ends_with("group-1.png")).unwrap();
+    let (share, colors, w, h) = ink(group);
+    assert_eq!((w, h), (WIDTH, HEIGHT));
+    assert!(share > 0.03, "{share}");
+    assert!(colors > 30, "{colors}");
+    // A filter keeps one stream and no group.
+    let one = plot_recording(&rec, Some(&"10.77.0.1:41002".parse().unwrap()), &[], &dir.join("one")).unwrap();
+    assert_eq!(one.len(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn unfair_finding_names_its_streams() {
+    let (_, findings) = synth::parallel();
+    assert_eq!(finding_cookies(&findings[0]), vec![50000, 50001, 50002, 50003]);
+}
+
+#[test]
+fn findings_file_with_a_bad_line_is_an_error_naming_it() {
+    let dir = tmp("findings");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("x.findings.jsonl");
+    let (_, findings) = synth::outage();
+    std::fs::write(&p, format!("{}\nnot json\n", serde_json::to_string(&findings[0]).unwrap())).unwrap();
+    let e = read_findings(&p).unwrap_err();
+    assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+    assert_eq!(findings_path_for(Path::new("/a/dump.jsonl")), Path::new("/a/dump.findings.jsonl"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Regenerates the docs pictures (docs/img/plot-outage.png, plot-parallel-4.png) and leaves the
+/// demo recordings in the temp dir (`tcpvigil-demo-*.jsonl`, with `.findings.jsonl` beside):
+/// `TCPVIGIL_DEMO_OUT=$PWD/docs/img cargo test -p tcpvigil --lib plot::tests::demo -- --ignored`.
+#[test]
+#[ignore = "writes files; run by hand to refresh docs/img"]
+fn demo_pictures_and_recordings() {
+    let out = PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
+    std::fs::create_dir_all(&out).unwrap();
+    for (name, pick, (rec, findings)) in
+        [("outage", "conn-40961.png", synth::outage()), ("parallel-4", "group-1.png", synth::parallel())]
+    {
+        let path = std::env::temp_dir().join(format!("tcpvigil-demo-{name}.jsonl"));
+        let mut buf = Vec::new();
+        crate::recording::write_header(&mut buf, &rec.header).unwrap();
+        for e in &rec.events {
+            crate::recording::write_event(&mut buf, e).unwrap();
+        }
+        std::fs::write(&path, buf).unwrap();
+        let fl: String = findings.iter().map(|f| serde_json::to_string(f).unwrap() + "\n").collect();
+        std::fs::write(findings_path_for(&path), fl).unwrap();
+        let all = std::env::temp_dir().join(format!("tcpvigil-demo-{name}"));
+        let files = plot_recording(&rec, None, &findings, &all).unwrap();
+        std::fs::copy(all.join(pick), out.join(format!("plot-{name}.png"))).unwrap();
+        eprintln!("{name}: {} pictures in {}, recording {}", files.len(), all.display(), path.display());
+    }
+}

@@ -1,0 +1,512 @@
+//! What the watch view shows, folded from Events and Findings: pure (no IO, no clock, no terminal).
+//!
+//! Times are the events' CLOCK_MONOTONIC nanoseconds; `now` advances with events and ticks.
+//! Ring buffers are bounded and reach their capacity once, so folding an event or a tick does not
+//! allocate in the steady state (log lines and snapshots, which are rare, do).
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::model::record::{ca_state_name, CA_LOSS};
+use crate::model::{Body, ConnId, Event, Filter, Finding, FindingKind};
+
+pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView};
+
+/// What `run` consumes: events and findings of the matching connections, and the time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchInput {
+    Event(Event),
+    Finding(Finding),
+    /// CLOCK_MONOTONIC now, in nanoseconds; lets charts move while a stopped connection is silent.
+    Tick(u64),
+}
+
+/// Chart points are kept at this resolution (the last value in each slot wins).
+pub const POINT_RES_NS: u64 = 10_000_000;
+/// Longest time window the charts can show, seconds.
+pub const MAX_WINDOW_S: u32 = 120;
+pub(super) const POINT_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / POINT_RES_NS) as usize;
+/// Goodput bins are one smoothed RTT wide, clamped to this range.
+pub const MIN_BIN_NS: u64 = 5_000_000;
+pub const MAX_BIN_NS: u64 = 2_000_000_000;
+pub(super) const BIN_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / MIN_BIN_NS) as usize;
+const LOG_CAP: usize = 200;
+/// Connections beyond this many are counted, not shown.
+pub const MAX_CONNS: usize = 32;
+/// Window steps for the +/- keys, seconds.
+pub const WINDOW_STEPS: [u32; 8] = [1, 2, 5, 10, 20, 30, 60, 120];
+
+/// A bounded FIFO: pushing onto a full ring drops the oldest item.
+#[derive(Debug, Clone)]
+pub struct Ring<T> {
+    buf: VecDeque<T>,
+    cap: usize,
+}
+
+impl<T> Ring<T> {
+    pub fn new(cap: usize) -> Self {
+        Ring { buf: VecDeque::with_capacity(cap.min(1024)), cap }
+    }
+    pub fn push(&mut self, v: T) {
+        if self.buf.len() == self.cap {
+            self.buf.pop_front();
+        }
+        self.buf.push_back(v);
+    }
+    pub fn last(&self) -> Option<&T> {
+        self.buf.back()
+    }
+    pub fn last_mut(&mut self) -> Option<&mut T> {
+        self.buf.back_mut()
+    }
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
+        self.buf.iter()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogKind {
+    State,
+    Ca,
+    Rto,
+    LostRetrans,
+    Finding,
+    Close,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogLine {
+    pub ts_ns: u64,
+    pub cookie: u64,
+    pub kind: LogKind,
+    pub text: String,
+    /// How many like events within a second were folded into this line.
+    pub repeat: u32,
+}
+
+/// Fairness over a group of streams (paper 001).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fairness {
+    pub streams: usize,
+    /// Jain's index, 1/n..=1.
+    pub jain: f64,
+    pub slowest_over_fastest: f64,
+    pub total_bps: f64,
+}
+
+/// Jain's fairness index of `rates`, None for an empty or all-zero set.
+pub fn jain(rates: &[f64]) -> Option<f64> {
+    let (s, s2) = rates.iter().fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
+    (s2 > 0.0).then(|| s * s / (rates.len() as f64 * s2))
+}
+
+pub fn tcp_state_name(s: u8) -> &'static str {
+    match s {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW_SYN_RECV",
+        _ => "?",
+    }
+}
+
+/// Evidence as `k=v k=v`, at most `max` characters.
+pub fn evidence_text(v: &serde_json::Value, max: usize) -> String {
+    let mut s = String::new();
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                if !s.is_empty() {
+                    s.push(' ');
+                }
+                match v {
+                    serde_json::Value::String(x) => s.push_str(&format!("{k}={x}")),
+                    serde_json::Value::Number(n) => match n.as_f64() {
+                        Some(f) if f.fract() != 0.0 => s.push_str(&format!("{k}={f:.3}")),
+                        _ => s.push_str(&format!("{k}={n}")),
+                    },
+                    other => s.push_str(&format!("{k}={other}")),
+                }
+            }
+        }
+        serde_json::Value::Null => {}
+        other => s = other.to_string(),
+    }
+    if s.chars().count() > max {
+        s = s.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+    }
+    s
+}
+
+/// Everything the view shows; fold inputs in with `apply`.
+#[derive(Debug)]
+pub struct WatchState {
+    pub filter: Filter,
+    pub all: bool,
+    pub conns: Vec<ConnView>,
+    pub selected: usize,
+    pub window_s: u32,
+    pub paused_at: Option<u64>,
+    pub now_ns: u64,
+    pub t0_ns: Option<u64>,
+    pub log: Ring<LogLine>,
+    /// Latest unfair-group finding touching a shown connection: (group, cause, evidence).
+    pub unfair: Option<(String, String, String)>,
+    pub events: u64,
+    pub findings: u64,
+    /// Events of connections beyond `MAX_CONNS` or not matching the filter.
+    pub ignored: u64,
+    /// The input ended (replay over or daemon gone).
+    pub source_ended: bool,
+    seen: Ring<(FindingKind, u64, u64)>,
+}
+
+impl WatchState {
+    pub fn new(filter: Filter, all: bool, window_s: u32) -> Self {
+        WatchState {
+            filter,
+            all,
+            conns: Vec::new(),
+            selected: 0,
+            window_s: window_s.clamp(1, MAX_WINDOW_S),
+            paused_at: None,
+            now_ns: 0,
+            t0_ns: None,
+            log: Ring::new(LOG_CAP),
+            unfair: None,
+            events: 0,
+            findings: 0,
+            ignored: 0,
+            source_ended: false,
+            seen: Ring::new(256),
+        }
+    }
+
+    pub fn apply(&mut self, input: &WatchInput) {
+        match input {
+            WatchInput::Event(e) => self.apply_event(e),
+            WatchInput::Finding(f) => self.apply_finding(f),
+            WatchInput::Tick(t) => self.tick(*t),
+        }
+    }
+
+    /// Advance time: closes goodput bins of silent connections.
+    pub fn tick(&mut self, now: u64) {
+        self.now_ns = self.now_ns.max(now);
+        for c in self.conns.iter_mut().filter(|c| !c.closed()) {
+            c.advance_bins(now);
+        }
+    }
+
+    fn conn_index(&mut self, id: &ConnId, ts: u64) -> Option<usize> {
+        if let Some(i) = self.conns.iter().position(|c| c.id.cookie == id.cookie) {
+            return Some(i);
+        }
+        if !self.filter.matches(id) || self.conns.len() >= MAX_CONNS {
+            return None;
+        }
+        self.conns.push(ConnView::new(*id, ts));
+        Some(self.conns.len() - 1)
+    }
+
+    fn log(&mut self, ts: u64, cookie: u64, kind: LogKind, text: String) {
+        if let Some(last) = self.log.last_mut() {
+            // A burst of lost retransmissions is one line; so are flapping CA states.
+            let foldable = kind == LogKind::LostRetrans || (kind == LogKind::Ca && last.text == text);
+            if foldable && last.kind == kind && last.cookie == cookie && ts < last.ts_ns + 1_000_000_000 {
+                last.repeat += 1;
+                return;
+            }
+        }
+        self.log.push(LogLine { ts_ns: ts, cookie, kind, text, repeat: 1 });
+    }
+
+    pub fn apply_event(&mut self, e: &Event) {
+        let Some(i) = self.conn_index(&e.conn, e.ts_ns) else {
+            self.ignored += 1;
+            return;
+        };
+        self.events += 1;
+        self.t0_ns = Some(self.t0_ns.map_or(e.ts_ns, |t| t.min(e.ts_ns)));
+        self.now_ns = self.now_ns.max(e.ts_ns);
+        let ts = e.ts_ns;
+        let cookie = e.conn.cookie;
+        let c = &mut self.conns[i];
+        if c.closed() {
+            return;
+        }
+        c.last_ns = c.last_ns.max(ts);
+        match &e.body {
+            Body::Sample(s) => c.on_sample(ts, s),
+            Body::Retrans(r) => {
+                c.retrans_segs += r.segs as u64;
+                c.on_board(ts, r.cwnd, r.ssthresh, r.packets_out, r.lost_out, r.sacked_out, r.retrans_out, r.snd_una);
+            }
+            Body::LostRetrans(r) => {
+                c.lost_retrans += r.segs.max(1) as u64;
+                c.on_board(ts, r.cwnd, r.ssthresh, r.packets_out, r.lost_out, r.sacked_out, r.retrans_out, r.snd_una);
+                let off = c.rel(r.seq);
+                let text = format!("lost retransmission at +{off:.0} MSS (sent {}x), cwnd {}", r.count, r.cwnd);
+                self.log(ts, cookie, LogKind::LostRetrans, text);
+            }
+            Body::CaState(s) => {
+                c.live.ca_state = s.new;
+                c.on_board(ts, s.cwnd, s.ssthresh, s.packets_out, s.lost_out, s.sacked_out, s.retrans_out, s.snd_una);
+                let text = format!(
+                    "CA {} -> {}, cwnd {} lost {} sacked {} retrans {}",
+                    ca_state_name(s.old),
+                    ca_state_name(s.new),
+                    s.cwnd,
+                    s.lost_out,
+                    s.sacked_out,
+                    s.retrans_out
+                );
+                self.log(ts, cookie, LogKind::Ca, text);
+            }
+            Body::Rto(r) => {
+                c.rtos += 1;
+                c.live.ca_state = CA_LOSS;
+                c.live.cwnd = r.cwnd;
+                let text = format!(
+                    "RTO after {:.0} ms (timeout #{}, backoff {}), {} packets out",
+                    r.rto_us as f64 / 1e3,
+                    r.retransmits + 1,
+                    r.backoff,
+                    r.packets_out
+                );
+                self.log(ts, cookie, LogKind::Rto, text);
+            }
+            Body::State(s) => {
+                let text = format!("TCP {} -> {}", tcp_state_name(s.old), tcp_state_name(s.new));
+                if s.new == 7 {
+                    c.closed_ns = Some(ts);
+                }
+                self.log(ts, cookie, LogKind::State, text);
+            }
+            Body::Snapshot(s) => c.on_snapshot(ts, s),
+            Body::Close(s) => {
+                c.on_snapshot(ts, s);
+                c.advance_bins(ts);
+                c.closed_ns = Some(ts);
+                let secs = (ts - c.first_ns) as f64 / 1e9;
+                let text = format!("closed after {secs:.1} s, {} delivered", human_bytes(c.total_bytes));
+                self.log(ts, cookie, LogKind::Close, text);
+            }
+            Body::Owner(o) => c.owner = Some(o.clone()),
+        }
+    }
+
+    pub fn apply_finding(&mut self, f: &Finding) {
+        let cookie = f.conn.map(|c| c.cookie);
+        let idx = cookie.and_then(|k| self.conns.iter().position(|c| c.id.cookie == k));
+        let idx = match (idx, &f.conn) {
+            (Some(i), _) => Some(i),
+            (None, Some(id)) => self.conn_index(id, f.start_ns),
+            (None, None) => None,
+        };
+        if idx.is_none() && f.group.is_none() {
+            self.ignored += 1;
+            return;
+        }
+        self.findings += 1;
+        self.now_ns = self.now_ns.max(f.ts_ns);
+        let key = (f.kind, cookie.unwrap_or(0), f.start_ns);
+        let new = !self.seen.iter().any(|k| *k == key);
+        if new {
+            self.seen.push(key);
+        }
+        let ev = evidence_text(&f.evidence, 160);
+        let kind = match f.kind {
+            FindingKind::Stop => "STOP",
+            FindingKind::Unfair => "UNFAIR",
+            FindingKind::Limit => "LIMIT",
+        };
+        match (f.kind, idx) {
+            (FindingKind::Stop, Some(i)) => {
+                let c = &mut self.conns[i];
+                if new {
+                    c.stops += 1;
+                    if !c.stop_causes.contains(&f.cause) {
+                        c.stop_causes.push(f.cause.clone());
+                    }
+                }
+                c.stop = Some(StopView {
+                    start_ns: f.start_ns,
+                    last_ns: f.ts_ns,
+                    duration_s: f.duration_s,
+                    ongoing: f.ongoing,
+                    cause: f.cause.clone(),
+                    evidence: ev.clone(),
+                });
+            }
+            (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause.clone(), ev.clone())),
+            (FindingKind::Unfair, _) => {
+                self.unfair = Some((f.group.clone().unwrap_or_default(), f.cause.clone(), ev.clone()));
+            }
+            _ => {}
+        }
+        let ended = !f.ongoing;
+        if new || ended {
+            let dur = match f.duration_s {
+                Some(d) => format!(" for {d:.1} s"),
+                None => String::new(),
+            };
+            let state = if f.ongoing { "" } else { " (ended)" };
+            let text = format!("{kind} {}{dur}{state}: {ev}", f.cause);
+            self.log(f.ts_ns, cookie.unwrap_or(0), LogKind::Finding, text);
+        }
+    }
+
+    /// The connection the single view shows.
+    pub fn selected(&self) -> Option<&ConnView> {
+        self.conns.get(self.selected.min(self.conns.len().saturating_sub(1)))
+    }
+
+    /// The right edge of the charts: now, or when the user paused.
+    pub fn view_end_ns(&self) -> u64 {
+        self.paused_at.unwrap_or(self.now_ns)
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        self.window_s as u64 * 1_000_000_000
+    }
+
+    /// Seconds since the first event, for axes and the log.
+    pub fn rel_s(&self, ts: u64) -> f64 {
+        ts.saturating_sub(self.t0_ns.unwrap_or(ts)) as f64 / 1e9
+    }
+
+    pub fn toggle_pause(&mut self) {
+        self.paused_at = match self.paused_at {
+            Some(_) => None,
+            None => Some(self.now_ns),
+        };
+    }
+
+    /// `wider`: next larger window step, else the next smaller one.
+    pub fn zoom(&mut self, wider: bool) {
+        let cur = self.window_s;
+        self.window_s = if wider {
+            WINDOW_STEPS.iter().copied().find(|&w| w > cur).unwrap_or(MAX_WINDOW_S)
+        } else {
+            WINDOW_STEPS.iter().rev().copied().find(|&w| w < cur).unwrap_or(1)
+        };
+    }
+
+    pub fn pick(&mut self, next: bool) {
+        let n = self.conns.len();
+        if n == 0 {
+            return;
+        }
+        self.selected = if next { (self.selected + 1) % n } else { (self.selected + n - 1) % n };
+    }
+
+    /// Done: the watched connection (with `all`: every one seen) closed.
+    pub fn finished(&self) -> bool {
+        if self.all {
+            !self.conns.is_empty() && self.conns.iter().all(|c| c.closed())
+        } else {
+            self.selected().is_some_and(|c| c.closed())
+        }
+    }
+
+    /// Fairness of the shown connections' goodput over the time window.
+    pub fn fairness(&self, rates: &mut Vec<f64>) -> Option<Fairness> {
+        let end = self.view_end_ns();
+        rates.clear();
+        rates.extend(self.conns.iter().map(|c| c.goodput_bps(end, self.window_ns())));
+        let j = jain(rates)?;
+        let max = rates.iter().copied().fold(0.0, f64::max);
+        let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        Some(Fairness { streams: rates.len(), jain: j, slowest_over_fastest: min / max, total_bps: rates.iter().sum() })
+    }
+
+    pub fn summary(&self) -> Vec<ConnSummary> {
+        self.conns.iter().map(ConnSummary::of).collect()
+    }
+}
+
+/// What happened to one connection while it was watched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConnSummary {
+    pub cookie: u64,
+    pub tuple: String,
+    pub comm: Option<String>,
+    pub watched_s: f64,
+    pub bytes_acked: u64,
+    pub mean_goodput_bps: f64,
+    pub max_delivery_rate_bps: f64,
+    pub efficiency: f64,
+    pub retrans_segs: u64,
+    pub lost_retrans: u64,
+    pub rtos: u64,
+    pub stops: u32,
+    pub stop_causes: Vec<String>,
+    pub closed: bool,
+}
+
+impl ConnSummary {
+    fn of(c: &ConnView) -> Self {
+        let g = c.mean_goodput_bps();
+        ConnSummary {
+            cookie: c.id.cookie,
+            tuple: c.id.tuple.to_string(),
+            comm: c.owner.as_ref().map(|o| o.comm.clone()),
+            watched_s: (c.closed_ns.unwrap_or(c.last_ns) - c.first_ns) as f64 / 1e9,
+            bytes_acked: c.total_bytes,
+            mean_goodput_bps: g,
+            max_delivery_rate_bps: c.max_rate_bps,
+            efficiency: c.efficiency(g),
+            retrans_segs: c.retrans_segs,
+            lost_retrans: c.lost_retrans,
+            rtos: c.rtos,
+            stops: c.stops,
+            stop_causes: c.stop_causes.clone(),
+            closed: c.closed(),
+        }
+    }
+}
+
+/// 1536 -> "1.5 KiB".
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// 480e6 -> "480.0 Mbit/s".
+pub fn human_bps(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.1} kbit/s", bps / 1e3)
+    } else {
+        format!("{bps:.0} bit/s")
+    }
+}
