@@ -86,7 +86,8 @@ pub enum ConfigError {
 
 impl Config {
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), err: e.to_string() })?;
+        let c: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), err: e.to_string() })?;
         c.validate().map_err(|err| ConfigError::Invalid { path: path.into(), err })?;
         Ok(c)
     }

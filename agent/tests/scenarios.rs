@@ -109,7 +109,11 @@ fn run(name: &str) -> Option<(Truth, Vec<Value>)> {
     for x in &f {
         eprintln!(
             "   {} {} start {:+.2}s duration {} found {:+.2}s",
-            x["kind"], x["cause"], secs_from_start(&x["start"], &truth), x["duration_s"], secs_from_start(&x["ts"], &truth)
+            x["kind"],
+            x["cause"],
+            secs_from_start(&x["start"], &truth),
+            x["duration_s"],
+            secs_from_start(&x["ts"], &truth)
         );
     }
     Some((truth, f))

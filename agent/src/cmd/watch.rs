@@ -27,7 +27,8 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
     if let Some(m) = variants.missing_essential().first() {
         anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
     }
-    let settings = Settings { bulk_interval_ns: 0, rules: opts.conn.rules(), snapshot_interval_ms: 500, ..Default::default() };
+    let settings =
+        Settings { bulk_interval_ns: 0, rules: opts.conn.rules(), snapshot_interval_ms: 500, ..Default::default() };
     let exact = variants.uses(Prog::MarkLost);
     let mut agent = Agent::start(settings, variants, 1 << 16, false)?;
     let filter = opts.conn.clone();

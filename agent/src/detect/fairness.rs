@@ -66,7 +66,10 @@ impl Default for FairnessConfig {
 
 impl FairnessConfig {
     pub fn validate(&self) -> Result<(), String> {
-        if !(0.1..=600.0).contains(&self.window_s) || !(0.0..=1.0).contains(&self.jain_below) || !(0.0..=1.0).contains(&self.ratio_below) {
+        if !(0.1..=600.0).contains(&self.window_s)
+            || !(0.0..=1.0).contains(&self.jain_below)
+            || !(0.0..=1.0).contains(&self.ratio_below)
+        {
             return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1".into());
         }
         for r in &self.rules {
@@ -193,7 +196,8 @@ impl FairnessDetector {
         self.last_eval = now;
         let mut groups: BTreeMap<String, Vec<(ConnId, f64)>> = BTreeMap::new();
         for e in table.iter().filter(|e| !e.closed) {
-            let acked = e.last_sample.as_ref().map(|s| s.bytes_acked).or(e.snap.as_ref().map(|s| s.bytes_acked)).unwrap_or(0);
+            let acked =
+                e.last_sample.as_ref().map(|s| s.bytes_acked).or(e.snap.as_ref().map(|s| s.bytes_acked)).unwrap_or(0);
             if acked < self.cfg.min_bytes {
                 continue;
             }
@@ -246,7 +250,17 @@ impl FairnessDetector {
                 let since = *st.unfair_since.get_or_insert(now);
                 if st.reported.is_none() && now - since >= persist {
                     st.reported = Some(since);
-                    out.push(Finding { ts_ns: now, kind: FindingKind::Unfair, conn: slowest, group: Some(key.clone()), start_ns: since, duration_s: None, ongoing: true, cause: "unfair_streams".into(), evidence: evidence(st) });
+                    out.push(Finding {
+                        ts_ns: now,
+                        kind: FindingKind::Unfair,
+                        conn: slowest,
+                        group: Some(key.clone()),
+                        start_ns: since,
+                        duration_s: None,
+                        ongoing: true,
+                        cause: "unfair_streams".into(),
+                        evidence: evidence(st),
+                    });
                 }
             } else {
                 st.unfair_since = None;
@@ -254,7 +268,17 @@ impl FairnessDetector {
                 if let Some(start) = st.reported {
                     if now - since >= persist {
                         st.reported = None;
-                        out.push(Finding { ts_ns: now, kind: FindingKind::Unfair, conn: slowest, group: Some(key.clone()), start_ns: start, duration_s: Some((since - start) as f64 / 1e9), ongoing: false, cause: "unfair_streams".into(), evidence: evidence(st) });
+                        out.push(Finding {
+                            ts_ns: now,
+                            kind: FindingKind::Unfair,
+                            conn: slowest,
+                            group: Some(key.clone()),
+                            start_ns: start,
+                            duration_s: Some((since - start) as f64 / 1e9),
+                            ongoing: false,
+                            cause: "unfair_streams".into(),
+                            evidence: evidence(st),
+                        });
                     }
                 }
             }
@@ -268,7 +292,14 @@ mod tests {
     use crate::model::{Owner, Tuple};
 
     fn conn(i: u64) -> ConnId {
-        ConnId { cookie: i, netns: 1, tuple: Tuple { local: format!("10.0.0.1:{}", 4000 + i).parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() } }
+        ConnId {
+            cookie: i,
+            netns: 1,
+            tuple: Tuple {
+                local: format!("10.0.0.1:{}", 4000 + i).parse().unwrap(),
+                remote: "10.0.0.2:5201".parse().unwrap(),
+            },
+        }
     }
 
     fn run(rates: &[u64], secs: u64) -> Vec<Finding> {
@@ -276,7 +307,11 @@ mod tests {
         let mut d = FairnessDetector::new(FairnessConfig::default());
         let mut out = vec![];
         for (i, _) in rates.iter().enumerate() {
-            table.apply(&Event { ts_ns: 1, conn: conn(i as u64), body: Body::Owner(Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }) });
+            table.apply(&Event {
+                ts_ns: 1,
+                conn: conn(i as u64),
+                body: Body::Owner(Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }),
+            });
         }
         let mut t = 0;
         while t < secs * 1_000_000_000 {
@@ -318,7 +353,12 @@ mod tests {
     #[test]
     fn rules_choose_the_group_key() {
         let mut cfg = FairnessConfig::default();
-        cfg.rules.push(GroupRule { remote_cidr: Some("10.0.0.0/24".into()), remote_ports: Some((5200, 5210)), comm: None, key: vec![GroupField::RemoteIp] });
+        cfg.rules.push(GroupRule {
+            remote_cidr: Some("10.0.0.0/24".into()),
+            remote_ports: Some((5200, 5210)),
+            comm: None,
+            key: vec![GroupField::RemoteIp],
+        });
         let mut t = ConnTable::new(false);
         t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Owner(Owner { pid: 7, ..Default::default() }) });
         let e = t.get(1).unwrap();

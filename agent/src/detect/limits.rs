@@ -137,7 +137,17 @@ impl LimitsDetector {
             if let (Some(e), Some(x)) = (evidence.as_object_mut(), extra.as_object()) {
                 e.extend(x.clone());
             }
-            out.push(Finding { ts_ns: ev.ts_ns, kind: FindingKind::Limit, conn: Some(ev.conn), group: None, start_ns: t0, duration_s: None, ongoing: true, cause: cause.into(), evidence });
+            out.push(Finding {
+                ts_ns: ev.ts_ns,
+                kind: FindingKind::Limit,
+                conn: Some(ev.conn),
+                group: None,
+                start_ns: t0,
+                duration_s: None,
+                ongoing: true,
+                cause: cause.into(),
+                evidence,
+            });
         }
     }
 }
@@ -165,7 +175,11 @@ mod tests {
     }
 
     fn run(snaps: Vec<Snap>) -> Vec<Finding> {
-        let id = ConnId { cookie: 3, netns: 1, tuple: Tuple { local: "10.0.0.1:1".parse().unwrap(), remote: "10.0.0.2:2".parse().unwrap() } };
+        let id = ConnId {
+            cookie: 3,
+            netns: 1,
+            tuple: Tuple { local: "10.0.0.1:1".parse().unwrap(), remote: "10.0.0.2:2".parse().unwrap() },
+        };
         let mut d = LimitsDetector::new(LimitsConfig::default());
         let mut out = vec![];
         for (i, s) in snaps.into_iter().enumerate() {

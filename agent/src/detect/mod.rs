@@ -122,7 +122,10 @@ pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
 pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
     let mut v: Vec<Finding> = Vec::new();
     let same = |a: &Finding, b: &Finding| {
-        a.kind == b.kind && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie) && a.group == b.group && a.start_ns == b.start_ns
+        a.kind == b.kind
+            && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie)
+            && a.group == b.group
+            && a.start_ns == b.start_ns
     };
     for f in all {
         match v.iter().position(|x| same(x, f)) {

@@ -26,7 +26,15 @@ pub struct StopConfig {
 
 impl Default for StopConfig {
     fn default() -> Self {
-        StopConfig { rtt_factor: 2.0, extra_ms: 100, floor_ms: 150, rate_fraction: 0.05, segments_per_rtt: 2.0, silent_rtos: 3, min_bytes: 1 << 20 }
+        StopConfig {
+            rtt_factor: 2.0,
+            extra_ms: 100,
+            floor_ms: 150,
+            rate_fraction: 0.05,
+            segments_per_rtt: 2.0,
+            silent_rtos: 3,
+            min_bytes: 1 << 20,
+        }
     }
 }
 
@@ -329,7 +337,10 @@ impl StopDetector {
                 }
                 continue;
             }
-            if c.active.is_none() && c.acked >= cfg.min_bytes && now.saturating_sub(c.anchor.0) > cfg.threshold_ns(c.srtt_us) {
+            if c.active.is_none()
+                && c.acked >= cfg.min_bytes
+                && now.saturating_sub(c.anchor.0) > cfg.threshold_ns(c.srtt_us)
+            {
                 c.active = Some(c.anchor.0);
                 out.push(c.finding(cfg, now, c.anchor.0, None));
             }
@@ -383,7 +394,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn id() -> ConnId {
-        ConnId { cookie: 1, netns: 1, tuple: Tuple { local: "10.0.0.1:4000".parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() } }
+        ConnId {
+            cookie: 1,
+            netns: 1,
+            tuple: Tuple { local: "10.0.0.1:4000".parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() },
+        }
     }
 
     fn sample(acked: u64, cwnd: u32, ca: u8, wnd: u32) -> Body {
@@ -437,7 +452,21 @@ mod tests {
         for (i, wait) in [220u64, 440, 880].iter().enumerate() {
             run_ticks(&mut d, &mut out, at, at + wait * MS);
             at += wait * MS;
-            d.observe(&ev(at, Body::Rto(Rto { retransmits: i as u32, rto_us: (*wait * 1000) as u32, backoff: i as u32, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 50 })), &mut out);
+            d.observe(
+                &ev(
+                    at,
+                    Body::Rto(Rto {
+                        retransmits: i as u32,
+                        rto_us: (*wait * 1000) as u32,
+                        backoff: i as u32,
+                        cwnd: 1,
+                        snd_una: 0,
+                        snd_nxt: 0,
+                        packets_out: 50,
+                    }),
+                ),
+                &mut out,
+            );
         }
         let first = out.first().expect("found while in progress").clone();
         assert!(first.ongoing);
@@ -463,7 +492,21 @@ mod tests {
         let mut out = vec![];
         let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
         run_ticks(&mut d, &mut out, t, t + 300 * MS);
-        d.observe(&ev(t + 300 * MS, Body::Rto(Rto { retransmits: 0, rto_us: 220_000, backoff: 0, cwnd: 1, snd_una: 0, snd_nxt: 0, packets_out: 50 })), &mut out);
+        d.observe(
+            &ev(
+                t + 300 * MS,
+                Body::Rto(Rto {
+                    retransmits: 0,
+                    rto_us: 220_000,
+                    backoff: 0,
+                    cwnd: 1,
+                    snd_una: 0,
+                    snd_nxt: 0,
+                    packets_out: 50,
+                }),
+            ),
+            &mut out,
+        );
         d.observe(&ev(t + 350 * MS, sample(acked + 3_000_000, 2, 4, 1 << 20)), &mut out);
         d.observe(&ev(t + 500 * MS, sample(acked + 7_000_000, 20, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
@@ -496,8 +539,21 @@ mod tests {
         let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
         run_ticks(&mut d, &mut out, t, t + 400 * MS);
         let r = crate::model::Retrans {
-            seq: 1, end_seq: 2, segs: 1, sacked: 0x94, ca_state: 3, count: 2, since_prev_ns: 380 * MS,
-            lost_retrans: true, cwnd: 1, ssthresh: 10, packets_out: 10, lost_out: 1, sacked_out: 5, retrans_out: 0, snd_una: 0,
+            seq: 1,
+            end_seq: 2,
+            segs: 1,
+            sacked: 0x94,
+            ca_state: 3,
+            count: 2,
+            since_prev_ns: 380 * MS,
+            lost_retrans: true,
+            cwnd: 1,
+            ssthresh: 10,
+            packets_out: 10,
+            lost_out: 1,
+            sacked_out: 5,
+            retrans_out: 0,
+            snd_una: 0,
         };
         d.observe(&ev(t + 400 * MS, Body::Retrans(r)), &mut out);
         d.observe(&ev(t + 450 * MS, sample(acked + 3_000_000, 10, 0, 1 << 20)), &mut out);
@@ -520,7 +576,10 @@ mod tests {
         let mut d = StopDetector::new(StopConfig::default());
         let mut out = vec![];
         let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
-        let mut idle = match sample(acked, 80, 0, 1 << 20) { Body::Sample(s) => s, _ => unreachable!() };
+        let mut idle = match sample(acked, 80, 0, 1 << 20) {
+            Body::Sample(s) => s,
+            _ => unreachable!(),
+        };
         idle.packets_out = 0;
         idle.write_queue = 0;
         d.observe(&ev(t + 10 * MS, Body::Sample(idle)), &mut out);

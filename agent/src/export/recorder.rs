@@ -20,8 +20,8 @@ use crate::plot;
 use crate::recording::{self, Header};
 
 mod codec;
-pub use codec::CHUNK_BYTES;
 use codec::SampleLog;
+pub use codec::CHUNK_BYTES;
 
 /// `[recorder]` in the config file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -289,7 +289,15 @@ impl Recorder {
             self.make_room();
             self.conns.insert(
                 cookie,
-                History { id: ev.conn, samples: SampleLog::default(), items: VecDeque::new(), bytes: 0, last_ns: ev.ts_ns, closed: false, snap: None },
+                History {
+                    id: ev.conn,
+                    samples: SampleLog::default(),
+                    items: VecDeque::new(),
+                    bytes: 0,
+                    last_ns: ev.ts_ns,
+                    closed: false,
+                    snap: None,
+                },
             );
         }
         let keep_from = self.now_ns.saturating_sub(ns(self.cfg.seconds_before));

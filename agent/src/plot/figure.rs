@@ -21,7 +21,8 @@ const C_SSTHRESH: &str = "#7f7f7f";
 const C_UNA: &str = "#111111";
 const C_NXT: &str = "#17becf";
 const C_STOP: &str = "#ff9896";
-pub const STREAM_COLORS: [&str; 8] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+pub const STREAM_COLORS: [&str; 8] =
+    ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 fn ca_color(s: u8) -> Option<&'static str> {
     match s {
@@ -98,10 +99,23 @@ pub fn conn_figure(s: &ConnSeries) -> String {
         svg.line((a.x, y), (a.x + a.w, y), "#555", 1.0, Some("6 4"));
     }
     for st in &s.stops {
-        let label = if st.inferred { format!("stop (inferred, {:.1} s)", st.to - st.from) } else { format!("stop: {} ({:.1} s)", st.cause, st.to - st.from) };
+        let label = if st.inferred {
+            format!("stop (inferred, {:.1} s)", st.to - st.from)
+        } else {
+            format!("stop: {} ({:.1} s)", st.cause, st.to - st.from)
+        };
         svg.text(a.px(st.from.max(xr.0)) + 4.0, a.y + 14.0, 12.0, "start", "#a61e1e", &label, None, true);
     }
-    svg.text(a.x + a.w - 4.0, a.y + 14.0, 11.0, "end", "#333", &format!("(a) goodput per {:.0} ms bin (≈1 RTT)", s.bin_s * 1e3), None, false);
+    svg.text(
+        a.x + a.w - 4.0,
+        a.y + 14.0,
+        11.0,
+        "end",
+        "#333",
+        &format!("(a) goodput per {:.0} ms bin (≈1 RTT)", s.bin_s * 1e3),
+        None,
+        false,
+    );
     legend(&mut svg, a.y, &[(C_GOODPUT, "goodput"), ("#555", "max delivery"), (C_STOP, "stop")]);
 
     // (b) window and scoreboard, with the CA band above it.
@@ -238,12 +252,18 @@ pub fn group_figure(title: &str, streams: &[ConnSeries]) -> String {
         svg.polyline(&px, STREAM_COLORS[i % STREAM_COLORS.len()], 1.6, None, None);
     }
     let bin = streams.first().map_or(0.0, |s| s.bin_s);
-    svg.text(a.x + a.w - 4.0, a.y + 14.0, 11.0, "end", "#333", &format!("goodput per {:.0} ms bin", bin * 1e3), None, false);
-    let names: Vec<String> = streams
-        .iter()
-        .zip(&means)
-        .map(|(s, m)| format!(":{} {}", s.id.tuple.local.port(), human_bps(*m)))
-        .collect();
+    svg.text(
+        a.x + a.w - 4.0,
+        a.y + 14.0,
+        11.0,
+        "end",
+        "#333",
+        &format!("goodput per {:.0} ms bin", bin * 1e3),
+        None,
+        false,
+    );
+    let names: Vec<String> =
+        streams.iter().zip(&means).map(|(s, m)| format!(":{} {}", s.id.tuple.local.port(), human_bps(*m))).collect();
     let items: Vec<(&str, &str)> =
         names.iter().enumerate().map(|(i, n)| (STREAM_COLORS[i % STREAM_COLORS.len()], n.as_str())).collect();
     legend(&mut svg, a.y, &items);

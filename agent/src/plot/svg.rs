@@ -85,7 +85,17 @@ impl Svg {
 
     /// Text; `anchor` is start, middle or end; `rotate` turns it about its anchor point.
     #[allow(clippy::too_many_arguments)]
-    pub fn text(&mut self, x: f64, y: f64, size: f64, anchor: &str, fill: &str, s: &str, rotate: Option<f64>, bold: bool) {
+    pub fn text(
+        &mut self,
+        x: f64,
+        y: f64,
+        size: f64,
+        anchor: &str,
+        fill: &str,
+        s: &str,
+        rotate: Option<f64>,
+        bold: bool,
+    ) {
         let rot = rotate.map(|r| format!(r#" transform="rotate({r} {x:.1} {y:.1})""#)).unwrap_or_default();
         let weight = if bold { r#" font-weight="bold""# } else { "" };
         let _ = write!(
@@ -227,7 +237,9 @@ fn fonts() -> Arc<usvg::fontdb::Database> {
     DB.get_or_init(|| {
         let mut db = usvg::fontdb::Database::new();
         db.load_system_fonts();
-        for f in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"] {
+        for f in
+            ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"]
+        {
             let _ = db.load_font_file(f);
         }
         db.set_sans_serif_family("DejaVu Sans");

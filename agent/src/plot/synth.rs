@@ -241,7 +241,18 @@ pub fn outage() -> (Recording, Vec<Finding>) {
             }
         } else if ms == 4000 {
             s.rtos += 1;
-            push(t, Body::Rto(Rto { retransmits: 0, rto_us: 210_000, backoff: 0, cwnd: 1, snd_una: s.una, snd_nxt: s.nxt, packets_out: s.packets_out() }));
+            push(
+                t,
+                Body::Rto(Rto {
+                    retransmits: 0,
+                    rto_us: 210_000,
+                    backoff: 0,
+                    cwnd: 1,
+                    snd_una: s.una,
+                    snd_nxt: s.nxt,
+                    packets_out: s.packets_out(),
+                }),
+            );
             let old = s.ca;
             s.ca = 4;
             s.cwnd = 1;
@@ -297,9 +308,8 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
     let shares = [0.40, 0.25, 0.20, 0.15];
     let mut ev = Vec::new();
     let owner = Owner { pid: 777, uid: 0, cgroup_id: 1, comm: "gridftp".into() };
-    let ids: Vec<ConnId> = (0..4)
-        .map(|i| conn(50000 + i as u64, &format!("10.77.0.1:{}", 41000 + i), "10.77.1.2:2811"))
-        .collect();
+    let ids: Vec<ConnId> =
+        (0..4).map(|i| conn(50000 + i as u64, &format!("10.77.0.1:{}", 41000 + i), "10.77.1.2:2811")).collect();
     for (i, id) in ids.iter().enumerate() {
         let mut s = Sim { una: 7_000_000 * (i as u32 + 1), cwnd: 10, ssthresh: 1 << 20, ..Sim::default() };
         s.nxt = s.una;

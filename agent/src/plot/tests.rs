@@ -40,7 +40,15 @@ fn outage_picture_is_non_trivial_and_of_the_fixed_size() {
     assert!(share > 0.08, "only {:.1} % of the pixels are drawn", share * 100.0);
     assert!(colors > 50, "only {colors} colours");
     let svg = std::fs::read_to_string(&files[0]).unwrap();
-    for want in ["10.77.0.1:40000 → 10.77.1.2:5201", "stop: lost_retransmission (3.0 s)", "RTO", "goodput (Mbit/s)", "sequence (MSS)", "time (s)", "Recovery"] {
+    for want in [
+        "10.77.0.1:40000 → 10.77.1.2:5201",
+        "stop: lost_retransmission (3.0 s)",
+        "RTO",
+        "goodput (Mbit/s)",
+        "sequence (MSS)",
+        "time (s)",
+        "Recovery",
+    ] {
         assert!(svg.contains(want), "SVG lacks {want:?}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

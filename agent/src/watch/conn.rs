@@ -313,7 +313,17 @@ impl ConnView {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_board(&mut self, ts: u64, cwnd: u32, ssthresh: u32, packets: u32, lost: u32, sacked: u32, retrans: u32, una: u32) {
+    pub(super) fn on_board(
+        &mut self,
+        ts: u64,
+        cwnd: u32,
+        ssthresh: u32,
+        packets: u32,
+        lost: u32,
+        sacked: u32,
+        retrans: u32,
+        una: u32,
+    ) {
         let l = &mut self.live;
         l.ts_ns = ts;
         l.cwnd = cwnd;

@@ -130,7 +130,11 @@ impl fmt::Display for WatchSummary {
                 100.0 * c.efficiency,
                 human_bps(c.max_delivery_rate_bps)
             )?;
-            write!(f, "  retransmitted {} seg, {} lost again, {} RTOs, {} stops", c.retrans_segs, c.lost_retrans, c.rtos, c.stops)?;
+            write!(
+                f,
+                "  retransmitted {} seg, {} lost again, {} RTOs, {} stops",
+                c.retrans_segs, c.lost_retrans, c.rtos, c.stops
+            )?;
             if !c.stop_causes.is_empty() {
                 write!(f, " ({})", c.stop_causes.join(", "))?;
             }
@@ -244,7 +248,15 @@ struct Frames {
 impl Frames {
     fn new() -> Self {
         let now = Instant::now();
-        Frames { started: now, count: 0, draw_total: Duration::ZERO, draw_max: Duration::ZERO, recent: now, recent_count: 0, fps: 0.0 }
+        Frames {
+            started: now,
+            count: 0,
+            draw_total: Duration::ZERO,
+            draw_max: Duration::ZERO,
+            recent: now,
+            recent_count: 0,
+            fps: 0.0,
+        }
     }
     fn drew(&mut self, took: Duration) {
         self.count += 1;
@@ -265,7 +277,8 @@ async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> an
     use std::sync::Arc;
 
     let mut st = WatchState::new(opts.conn.clone(), opts.all, opts.window);
-    let mut guard = term::TermGuard::new().map_err(|e| anyhow::anyhow!("cannot set up the terminal: {e}; try --json"))?;
+    let mut guard =
+        term::TermGuard::new().map_err(|e| anyhow::anyhow!("cannot set up the terminal: {e}; try --json"))?;
     let stop_keys = Arc::new(AtomicBool::new(false));
     let mut keys = input::spawn_reader(stop_keys.clone());
     let mut frame = tokio::time::interval(Duration::from_micros(1_000_000 / opts.fps.max(1) as u64));

@@ -18,8 +18,16 @@ const C_SACKED: Color = Color::LightBlue;
 const C_RETRANS: Color = Color::Magenta;
 const C_UNA: Color = Color::White;
 const C_NXT: Color = Color::Cyan;
-const STREAM_COLORS: [Color; 8] =
-    [Color::Cyan, Color::Yellow, Color::Green, Color::Magenta, Color::LightRed, Color::LightBlue, Color::White, Color::LightGreen];
+const STREAM_COLORS: [Color; 8] = [
+    Color::Cyan,
+    Color::Yellow,
+    Color::Green,
+    Color::Magenta,
+    Color::LightRed,
+    Color::LightBlue,
+    Color::White,
+    Color::LightGreen,
+];
 
 /// Numbers about the loop itself, shown in the status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -64,9 +72,13 @@ pub fn filter_text(f: &Filter) -> String {
 pub fn draw(f: &mut Frame, st: &WatchState, hud: &Hud, scratch: &mut Scratch) {
     let area = f.area();
     let tabs = usize::from(st.conns.len() > 1 && !st.all);
-    let [head, tabs_area, body, status] =
-        Layout::vertical([Constraint::Length(3), Constraint::Length(tabs as u16), Constraint::Min(8), Constraint::Length(1)])
-            .areas(area);
+    let [head, tabs_area, body, status] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Length(tabs as u16),
+        Constraint::Min(8),
+        Constraint::Length(1),
+    ])
+    .areas(area);
     draw_status(f, status, st, hud);
     if st.conns.is_empty() {
         let what = format!("waiting for a connection matching {} …", filter_text(&st.filter));
@@ -130,7 +142,10 @@ fn onoff(b: bool) -> &'static str {
 
 fn draw_header(f: &mut Frame, area: Rect, c: &ConnView) {
     let mut s = vec![
-        Span::styled(format!("{} → {}", c.id.tuple.local, c.id.tuple.remote), Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(
+            format!("{} → {}", c.id.tuple.local, c.id.tuple.remote),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
         Span::raw(format!("  cookie {}", c.id.cookie)),
     ];
     if let Some(o) = &c.owner {
@@ -192,7 +207,10 @@ fn draw_numbers(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView) {
         row(("lost_out", l.lost_out.to_string()), ("sacked_out", l.sacked_out.to_string())),
         row(("retrans_out", l.retrans_out.to_string()), ("CA state", ca_state_name(l.ca_state).to_string())),
         row(("srtt", format!("{:.1} ms", l.srtt_us as f64 / 1e3)), ("rto", format!("{:.0} ms", l.rto_us as f64 / 1e3))),
-        Line::from(kv("delivery rate", format!("{}  (max {})", human_bps(l.delivery_rate_bps), human_bps(c.max_rate_bps)))),
+        Line::from(kv(
+            "delivery rate",
+            format!("{}  (max {})", human_bps(l.delivery_rate_bps), human_bps(c.max_rate_bps)),
+        )),
         Line::from(kv("goodput 1 s", human_bps(now))),
         Line::from(kv("goodput mean", human_bps(mean))),
         Line::from(kv(
@@ -238,7 +256,9 @@ fn draw_holds_back(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scr
         .iter()
         .map(|r| {
             let style = match r {
-                Reason::Stop { .. } | Reason::Stalled { .. } => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+                Reason::Stop { .. } | Reason::Stalled { .. } => {
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+                }
                 _ => Style::new(),
             };
             Line::styled(reason_text(c, r), style)
@@ -303,11 +323,11 @@ fn draw_log(f: &mut Frame, area: Rect, st: &WatchState, with_conn: bool) {
 
 fn x_axis(st: &WatchState) -> Axis<'static> {
     let (start, end) = x_bounds(st);
-    Axis::default()
-        .title("s")
-        .style(Style::new().fg(Color::Gray))
-        .bounds([start, end])
-        .labels([format!("{start:.1}"), format!("{:.1}", (start + end) / 2.0), format!("{end:.1}")])
+    Axis::default().title("s").style(Style::new().fg(Color::Gray)).bounds([start, end]).labels([
+        format!("{start:.1}"),
+        format!("{:.1}", (start + end) / 2.0),
+        format!("{end:.1}"),
+    ])
 }
 
 /// The window ending now, but never before the first event: early on, data grows from the left.
@@ -319,11 +339,11 @@ fn x_bounds(st: &WatchState) -> (f64, f64) {
 
 fn y_axis(title: &'static str, lo: f64, hi: f64, fmt: fn(f64) -> String) -> Axis<'static> {
     let hi = if hi > lo { hi } else { lo + 1.0 };
-    Axis::default()
-        .title(title)
-        .style(Style::new().fg(Color::Gray))
-        .bounds([lo, hi])
-        .labels([fmt(lo), fmt((lo + hi) / 2.0), fmt(hi)])
+    Axis::default().title(title).style(Style::new().fg(Color::Gray)).bounds([lo, hi]).labels([
+        fmt(lo),
+        fmt((lo + hi) / 2.0),
+        fmt(hi),
+    ])
 }
 
 /// A chart title whose series names are written in their colours (the legend, out of the data's way).
@@ -392,10 +412,12 @@ fn draw_goodput(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratc
         format!(" goodput per RTT bin ({bin_ms:.0} ms), Mbit/s: "),
         &[("goodput", C_GOODPUT), ("max delivery rate", Color::DarkGray)],
     );
-    let chart = with_legend(Chart::new(ds))
-        .block(Block::bordered().title(title))
-        .x_axis(x_axis(st))
-        .y_axis(y_axis("Mbit/s", 0.0, max * 1.1, fmt_int));
+    let chart = with_legend(Chart::new(ds)).block(Block::bordered().title(title)).x_axis(x_axis(st)).y_axis(y_axis(
+        "Mbit/s",
+        0.0,
+        max * 1.1,
+        fmt_int,
+    ));
     f.render_widget(chart, area);
 }
 
@@ -418,17 +440,30 @@ fn draw_window(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch
         .zip(names)
         .zip(colors)
         .map(|((d, n), c)| {
-            Dataset::default().name(n).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(c)).data(d)
+            Dataset::default()
+                .name(n)
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(c))
+                .data(d)
         })
         .collect();
     let title = legend_title(
         format!(" segments, CA {}: ", ca_state_name(c.live.ca_state)),
-        &[("cwnd", C_CWND), ("in_flight", C_FLIGHT), ("lost_out", C_LOST), ("sacked_out", C_SACKED), ("retrans_out", C_RETRANS)],
+        &[
+            ("cwnd", C_CWND),
+            ("in_flight", C_FLIGHT),
+            ("lost_out", C_LOST),
+            ("sacked_out", C_SACKED),
+            ("retrans_out", C_RETRANS),
+        ],
     );
-    let chart = with_legend(Chart::new(ds))
-        .block(Block::bordered().title(title))
-        .x_axis(x_axis(st))
-        .y_axis(y_axis("seg", 0.0, max as f64 * 1.1, fmt_int));
+    let chart = with_legend(Chart::new(ds)).block(Block::bordered().title(title)).x_axis(x_axis(st)).y_axis(y_axis(
+        "seg",
+        0.0,
+        max as f64 * 1.1,
+        fmt_int,
+    ));
     f.render_widget(chart, area);
 }
 
@@ -452,9 +487,24 @@ fn draw_seq(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch: &
         (lo, hi) = (0.0, 1.0);
     }
     let ds = vec![
-        Dataset::default().name("snd_una").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(C_UNA)).data(&s[0]),
-        Dataset::default().name("snd_nxt").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(C_NXT)).data(&s[1]),
-        Dataset::default().name("SACK").marker(Marker::Dot).graph_type(GraphType::Scatter).style(Style::new().fg(C_SACKED)).data(&s[2]),
+        Dataset::default()
+            .name("snd_una")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(C_UNA))
+            .data(&s[0]),
+        Dataset::default()
+            .name("snd_nxt")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(C_NXT))
+            .data(&s[1]),
+        Dataset::default()
+            .name("SACK")
+            .marker(Marker::Dot)
+            .graph_type(GraphType::Scatter)
+            .style(Style::new().fg(C_SACKED))
+            .data(&s[2]),
     ];
     let chart = with_legend(Chart::new(ds))
         .block(Block::bordered().title(legend_title(

@@ -309,7 +309,11 @@ fn buffer_svg(buf: &ratatui::buffer::Buffer) -> String {
             let c = &buf[(x, y)];
             let (px, py) = (x as f64 * cw, y as f64 * ch);
             if c.bg != Color::Reset {
-                let _ = write!(s, r#"<rect x="{px}" y="{py}" width="{cw}" height="{ch}" fill="{}"/>"#, hex(c.bg, "#1e1e1e"));
+                let _ = write!(
+                    s,
+                    r#"<rect x="{px}" y="{py}" width="{cw}" height="{ch}" fill="{}"/>"#,
+                    hex(c.bg, "#1e1e1e")
+                );
             }
             let sym = c.symbol();
             if sym.trim().is_empty() {
@@ -329,7 +333,8 @@ fn buffer_svg(buf: &ratatui::buffer::Buffer) -> String {
 #[test]
 #[ignore = "writes files; run by hand to refresh docs/img"]
 fn screenshot_of_the_outage_mid_stop() {
-    let out = std::path::PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
+    let out =
+        std::path::PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
     std::fs::create_dir_all(&out).unwrap();
     let inputs = outage_inputs();
     let mut st = WatchState::new(":5201".parse().unwrap(), false, 5);

@@ -204,7 +204,13 @@ impl SampleLog {
     pub fn push(&mut self, ts: u64, s: &Sample) {
         let full = self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK_BYTES);
         if full {
-            let c = Chunk { first_ts: ts, last_ts: ts, count: 0, last: Prev::default(), buf: Vec::with_capacity(CHUNK_BYTES + 512) };
+            let c = Chunk {
+                first_ts: ts,
+                last_ts: ts,
+                count: 0,
+                last: Prev::default(),
+                buf: Vec::with_capacity(CHUNK_BYTES + 512),
+            };
             self.bytes += c.bytes();
             self.chunks.push_back(c);
         }

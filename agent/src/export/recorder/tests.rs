@@ -30,7 +30,12 @@ fn config_denies_unknown_keys_and_checks_ranges() {
 fn memory_per_stored_sample_is_measured_and_the_cap_holds() {
     let (rec, _) = synth::outage();
     let cap = 64 << 10;
-    let mut r = Recorder::new(RecorderConfig { seconds_before: 3600.0, max_bytes_per_conn: cap, ..cfg(Path::new("/nonexistent")) }).unwrap();
+    let mut r = Recorder::new(RecorderConfig {
+        seconds_before: 3600.0,
+        max_bytes_per_conn: cap,
+        ..cfg(Path::new("/nonexistent"))
+    })
+    .unwrap();
     let samples = rec.events.iter().filter(|e| matches!(e.body, Body::Sample(_))).count();
     let mut only = Recorder::new(r.config().clone()).unwrap();
     for e in rec.events.iter().filter(|e| matches!(e.body, Body::Sample(_))).take(2000) {
@@ -115,7 +120,8 @@ fn stop_dump_completes_after_seconds_after_and_writes_recording_findings_and_pic
     assert_eq!(back.events, d.events);
     assert_eq!(back.header.filters, vec!["40961".to_string()]);
     assert_eq!(plot::read_findings(&files.findings).unwrap()[0].duration_s, Some(3.0));
-    let names: Vec<String> = files.pictures.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        files.pictures.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, vec!["conn-40961.png", "conn-40961.svg"]);
     assert!(std::fs::metadata(&files.pictures[0]).unwrap().len() > 20_000);
     std::fs::remove_dir_all(&dir).unwrap();
