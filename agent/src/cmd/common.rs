@@ -93,3 +93,18 @@ pub async fn interrupted() {
         _ = term => {}
     }
 }
+
+/// Before loading: privileges, then each hook need's variant by trial load. `Err` is the exit
+/// code after the message was printed (2: cannot load at all, 1: an essential need has no variant).
+pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
+    if let Err(e) = require_privileges() {
+        return Err(usage(e));
+    }
+    tcpvigil::bpf::variants::capture_libbpf_log();
+    let variants = tcpvigil::bpf::variants::choose();
+    if let Some(m) = variants.missing_essential().first() {
+        eprintln!("tcpvigil: no working variant for `{}`; run `tcpvigil check` for details", m.need);
+        return Err(ExitCode::from(1));
+    }
+    Ok(variants)
+}

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Msg, KERNEL_STAT_NAMES};
 use tcpvigil::bpf::load::Settings;
-use tcpvigil::bpf::variants::{capture_libbpf_log, choose};
 use tcpvigil::model::{Body, Filter};
 use tcpvigil::recording::{write_event, write_header, Header, FORMAT_VERSION};
 
@@ -51,9 +50,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Err(e) = check_out_path(&a.out) {
         return Ok(usage(e));
     }
-    if let Err(e) = require_privileges() {
-        return Ok(usage(e));
-    }
     let rules: Vec<_> = filters.iter().flat_map(|f| f.rules()).collect();
     if rules.len() > tcpvigil::bpf::abi::MAX_FILTERS {
         return Ok(usage(format!(
@@ -62,14 +58,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             tcpvigil::bpf::abi::MAX_FILTERS
         )));
     }
+    let variants = match prepare_bpf() {
+        Ok(v) => v,
+        Err(code) => return Ok(code),
+    };
     let file = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
-
-    capture_libbpf_log();
-    let variants = choose();
-    if let Some(m) = variants.missing_essential().first() {
-        anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
-    }
     let settings = Settings {
         bulk_interval_ns: 0,
         select_all: filters.is_empty(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Counters, Msg};
-use tcpvigil::bpf::variants::{capture_libbpf_log, choose, Prog};
+use tcpvigil::bpf::variants::Prog;
 use tcpvigil::config::Config;
 use tcpvigil::detect::Detectors;
 use tcpvigil::export::events::monotonic_to_wall_offset_ns;
@@ -57,14 +57,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("configuration OK");
         return Ok(ExitCode::SUCCESS);
     }
-    if let Err(e) = require_privileges() {
-        return Ok(usage(e));
-    }
-    capture_libbpf_log();
-    let variants = choose();
-    if let Some(m) = variants.missing_essential().first() {
-        anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
-    }
+    let variants = match prepare_bpf() {
+        Ok(v) => v,
+        Err(code) => return Ok(code),
+    };
     for c in &variants.choices {
         tracing::info!(need = c.need, variant = %c.variant, preferred = c.preferred, "hook");
     }

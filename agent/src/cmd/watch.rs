@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use tcpvigil::bpf::agent::{Agent, Msg};
 use tcpvigil::bpf::load::Settings;
-use tcpvigil::bpf::variants::{capture_libbpf_log, choose, Prog};
+use tcpvigil::bpf::variants::Prog;
 use tcpvigil::detect::{DetectConfig, Detectors};
 use tcpvigil::model::ConnTable;
 use tcpvigil::watch::{WatchInput, WatchOpts};
@@ -19,14 +19,10 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
         rt.block_on(tcpvigil::watch::run(opts, rx))?;
         return Ok(ExitCode::SUCCESS);
     }
-    if let Err(e) = require_privileges() {
-        return Ok(usage(e));
-    }
-    capture_libbpf_log();
-    let variants = choose();
-    if let Some(m) = variants.missing_essential().first() {
-        anyhow::bail!("no working variant for `{}`; run `tcpvigil check` for details", m.need);
-    }
+    let variants = match prepare_bpf() {
+        Ok(v) => v,
+        Err(code) => return Ok(code),
+    };
     let settings =
         Settings { bulk_interval_ns: 0, rules: opts.conn.rules(), snapshot_interval_ms: 500, ..Default::default() };
     let exact = variants.uses(Prog::MarkLost);
