@@ -25,3 +25,31 @@ fn record_rejects_a_zero_duration_with_exit_2() {
     let (code, err) = tcpvigil(&["record", "--out", "/tmp/x.jsonl", "--duration", "0"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn analyze_refuses_empty_foreign_and_missing_files_with_exit_2() {
+    let dir = std::env::temp_dir();
+    let empty = dir.join(format!("tv-empty-{}.jsonl", std::process::id()));
+    let foreign = dir.join(format!("tv-foreign-{}.jsonl", std::process::id()));
+    std::fs::write(&empty, b"").unwrap();
+    std::fs::write(&foreign, b"{\"hello\": 1}\n").unwrap();
+    for (f, says) in [(&empty, "empty"), (&foreign, "not a tcpvigil recording")] {
+        let (code, err) = tcpvigil(&["analyze", f.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+    let (code, err) = tcpvigil(&["analyze", "/nonexistent/rec.jsonl"]);
+    assert_eq!(code, 2, "{err}");
+    let _ = std::fs::remove_file(empty);
+    let _ = std::fs::remove_file(foreign);
+}
+
+#[test]
+fn run_check_config_rejects_an_unknown_key_with_exit_2() {
+    let bad = std::env::temp_dir().join(format!("tv-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[detect.stop]\nfloor_mss = 3\n").unwrap();
+    let (code, err) = tcpvigil(&["run", "--check-config", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("floor_mss"), "{err}");
+    let _ = std::fs::remove_file(bad);
+}

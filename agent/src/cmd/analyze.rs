@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{analyze, final_findings};
+use tcpvigil::export::events::rfc3339 as wall;
 
 use super::common::usage;
 
@@ -56,33 +57,4 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("  {:?} {} {} at {} ({})", f.kind, f.cause, who, wall(f.start_ns, off), dur);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// RFC 3339 UTC time from a CLOCK_MONOTONIC timestamp and the recording's offset.
-pub fn wall(mono_ns: u64, offset: i64) -> String {
-    let unix = mono_ns as i64 + offset;
-    let secs = unix.div_euclid(1_000_000_000);
-    let ms = unix.rem_euclid(1_000_000_000) / 1_000_000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn wall_time_is_rfc3339_utc() {
-        assert_eq!(super::wall(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::wall(1_500_000_000, 1_795_347_167_000_000_000 - 1_500_000_000), "2026-11-22T10:52:47.000Z");
-    }
 }
