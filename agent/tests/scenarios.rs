@@ -60,7 +60,11 @@ fn sender_findings(all: &[Value], truth: &Truth) -> Vec<Value> {
         if !addrs.iter().any(|a| local.starts_with(a.as_str())) && f["kind"] != "unfair" {
             continue;
         }
-        let key = |x: &Value| (x["kind"].clone(), x["conn"]["cookie"].clone(), x["group"].clone(), x["start"].clone());
+        // A stop's cause may sharpen between its reports; limits of one connection differ by cause.
+        let key = |x: &Value| {
+            let cause = if x["kind"] == "limit" { x["cause"].clone() } else { Value::Null };
+            (x["kind"].clone(), x["conn"]["cookie"].clone(), x["group"].clone(), x["start"].clone(), cause)
+        };
         match out.iter().position(|x| key(x) == key(f)) {
             Some(i) => out[i] = f.clone(),
             None => out.push(f.clone()),
