@@ -121,11 +121,13 @@ pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
 /// Latest finding per (kind, connection/group, start): ended reports replace ongoing ones.
 pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
     let mut v: Vec<Finding> = Vec::new();
+    // A stop's cause may sharpen between its reports; limits of one connection differ by cause.
     let same = |a: &Finding, b: &Finding| {
         a.kind == b.kind
             && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie)
             && a.group == b.group
             && a.start_ns == b.start_ns
+            && (a.kind != crate::model::FindingKind::Limit || a.cause == b.cause)
     };
     for f in all {
         match v.iter().position(|x| same(x, f)) {
@@ -134,4 +136,38 @@ pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::FindingKind;
+
+    fn f(kind: FindingKind, cause: &str, start: u64, ongoing: bool) -> Finding {
+        Finding {
+            ts_ns: 0,
+            kind,
+            conn: None,
+            group: None,
+            start_ns: start,
+            duration_s: None,
+            ongoing,
+            cause: cause.into(),
+            evidence: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn final_findings_keep_the_last_report_of_a_stop_and_every_limit_cause() {
+        let all = vec![
+            f(FindingKind::Stop, "path_silent", 1, true),
+            f(FindingKind::Stop, "rto", 1, false),
+            f(FindingKind::Limit, "no_sack", 5, true),
+            f(FindingKind::Limit, "sndbuf_limited", 5, true),
+        ];
+        let fin = final_findings(&all);
+        let causes: Vec<&str> = fin.iter().map(|x| x.cause.as_str()).collect();
+        assert_eq!(causes, vec!["rto", "no_sack", "sndbuf_limited"]);
+        assert!(!fin[0].ongoing);
+    }
 }
