@@ -57,11 +57,13 @@ impl Pair {
         Pair { snd, rcv, snd_ip, rcv_ip }
     }
 
-    /// Shape the sender's egress so the transfer is not limited by CPU alone.
+    /// Shape the sender's egress so the transfer is not limited by CPU alone. The queue is long
+    /// enough never to refuse a packet: TcpRetransSegs counts a retransmission the local qdisc
+    /// refused, the retransmit tracepoint does not.
     pub fn shape(&self, rate_mbit: u32, delay_ms: u32) {
         let _ = delay_ms;
         sh(&format!(
-            "tc -n {} qdisc add dev v{} root tbf rate {rate_mbit}mbit burst 64kb latency 50ms",
+            "tc -n {} qdisc add dev v{} root tbf rate {rate_mbit}mbit burst 64kb limit 64mb",
             self.snd, self.snd
         ));
     }
