@@ -83,12 +83,14 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
             "{name}: retrans segs agent {} mib {mr} ({fail} refused locally); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
             c.retrans_segs, c.lost_retrans, c.rtos
         );
-        // Equal on an idle machine; under load the MIB also counts attempts the tracepoint reports
-        // with an error it does not count as TCPRetransFail (-EBUSY, skb still queued in the host).
-        // Seen: 0 of 2063 idle, up to 1.9 % with CI and qemu on both cores. Never more than the MIB.
+        // Equal on an idle machine (2063 of 2063). Under load the two part by up to 2 %: the MIB
+        // also counts attempts the tracepoint reports with an error that is not TCPRetransFail
+        // (-EBUSY: the skb is still queued in the host), and a retransmission after the MIB was
+        // read is still recorded. Measured with CI and qemu on both cores: 2287 vs 2310, 1 vs 0.
+        let tol = (mr / 50).max(2);
         assert!(
-            c.retrans_segs <= mr && c.retrans_segs * 100 >= mr * 97,
-            "{name}: retransmitted segments {} vs TcpRetransSegs - TCPRetransFail {mr}",
+            (c.retrans_segs - mr).abs() <= tol,
+            "{name}: retransmitted segments {} vs TcpRetransSegs - TCPRetransFail {mr} (±{tol})",
             c.retrans_segs
         );
         assert_eq!(c.rtos, mt, "{name}: RTOs vs TcpExtTCPTimeouts");
