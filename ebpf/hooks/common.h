@@ -212,13 +212,16 @@ static __always_inline void tv_refresh_selection(struct tv_sk *st, struct tv_con
 		return;
 	struct tv_hdr h = {};
 	tv_fill_hdr(&h, sk, cookie, 0, 0, 0);
+	/* Unrolled, with a copy of the counter as the key and no early exit: the 6.1 and 6.12
+	 * verifiers reject the rolled loop ("infinite loop detected"). */
+	__u32 n = cfg->nfilters;
+#pragma unroll
 	for (__u32 i = 0; i < TV_MAX_FILTERS; i++) {
-		if (i >= cfg->nfilters)
-			break;
-		struct tv_filter *f = bpf_map_lookup_elem(&tv_filters, &i);
-		if (f && tv_filter_match(f, &h)) {
-			st->selected = 1;
-			break;
+		__u32 k = i;
+		if (i < n && !st->selected) {
+			struct tv_filter *f = bpf_map_lookup_elem(&tv_filters, &k);
+			if (f && tv_filter_match(f, &h))
+				st->selected = 1;
 		}
 	}
 }
