@@ -81,12 +81,14 @@ impl Path {
         let verb = if loss_pct == 0.0 && self.impair != Impair::Netem { "add" } else { "change" };
         let (d, r) = (format!("{}ms", self.shape.delay_ms), format!("{}mbit", self.shape.rate_mbit));
         let loss = format!("{loss_pct}%");
-        // A short queue: a long one would inflate the RTT (and the RTO) far beyond the delay.
+        // A queue long enough never to drop locally: a retransmission the qdisc refuses counts in
+        // TcpRetransSegs (and TCPRetransFail) but was never sent, so the agent rightly skips it.
+        // With random loss cwnd stays small, so the queue does not inflate the RTT much.
         run(
             "tc",
             &[
                 "-n", &self.snd, "qdisc", verb, "dev", &self.snd_if, "root", "netem", "delay", &d, "rate", &r, "loss",
-                &loss, "limit", "100",
+                &loss, "limit", "10000",
             ],
         )?;
         Ok(())
@@ -94,9 +96,10 @@ impl Path {
 
     fn nft_setup(&self) -> Result<()> {
         let r = format!("{}mbit", self.shape.rate_mbit);
+        // As for netem: a limit above tcp_limit_output_bytes, so the qdisc never drops.
         run(
             "tc",
-            &["-n", &self.snd, "qdisc", "add", "dev", &self.snd_if, "root", "tbf", "rate", &r, "burst", "32kb", "latency", "20ms"],
+            &["-n", &self.snd, "qdisc", "add", "dev", &self.snd_if, "root", "tbf", "rate", &r, "burst", "32kb", "limit", "4mb"],
         )?;
         if self.shape.delay_ms > 0 {
             note("nft mode has no delay: the path's RTT is the veth's");
@@ -129,7 +132,7 @@ impl Path {
                 }
                 let per_10k = (pct * 100.0).round() as u32;
                 self.nft(&format!(
-                    "table inet tvloss {{ chain in {{ type filter hook input priority 0; policy accept;\n tcp dport {} tcp flags & syn == 0 numgen random mod 10000 < {per_10k} drop\n }} }}\n",
+                    "table inet tvloss {{\n chain in {{\n  type filter hook input priority 0; policy accept;\n  tcp dport {} tcp flags & syn == 0 numgen random mod 10000 < {per_10k} drop\n }}\n}}\n",
                     self.port
                 ))
             }
@@ -140,7 +143,7 @@ impl Path {
     pub fn outage(&self, on: bool, loss_pct: f64) -> Result<()> {
         match self.impair {
             Impair::Netem => self.netem(if on { 100.0 } else { loss_pct }),
-            _ if on => self.nft("table inet tvout { chain in { type filter hook input priority -10; policy drop; } }\n"),
+            _ if on => self.nft("table inet tvout {\n chain in {\n  type filter hook input priority -10; policy drop;\n }\n}\n"),
             _ => {
                 run("ip", &["netns", "exec", &self.rcv, "nft", "delete", "table", "inet", "tvout"])?;
                 Ok(())

@@ -24,9 +24,10 @@ impl Recorder {
     /// Start recording the connections matching `filter`; returns once the probes are attached.
     pub fn start(tcpvigil: &str, filter: &str, ready_timeout: Duration) -> Result<Recorder> {
         let dir = std::env::temp_dir();
-        let out = dir.join("tvguest-rec.jsonl");
-        let ready = dir.join("tvguest-rec.ready");
-        let err = dir.join("tvguest-rec.err");
+        let id = std::process::id();
+        let out = dir.join(format!("tvguest-{id}.jsonl"));
+        let ready = dir.join(format!("tvguest-{id}.ready"));
+        let err = dir.join(format!("tvguest-{id}.err"));
         let _ = std::fs::remove_file(&ready);
         let child = Command::new(tcpvigil)
             .arg("record")
@@ -57,7 +58,7 @@ impl Recorder {
     }
 
     /// SIGINT, wait, read the file.
-    pub fn finish(mut self) -> Result<Recording> {
+    pub fn finish(&mut self) -> Result<Recording> {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT)?;
         let t0 = Instant::now();
@@ -82,7 +83,19 @@ impl Recorder {
         for (i, l) in lines.enumerate() {
             events.push(serde_json::from_str(l).with_context(|| format!("recording line {}", i + 2))?);
         }
+        let _ = std::fs::remove_file(&self.out);
+        let _ = std::fs::remove_file(&self.err);
         Ok(Recording { header, events, log })
+    }
+}
+
+impl Drop for Recorder {
+    /// A test that failed half-way leaves no recorder behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
