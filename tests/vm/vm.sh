@@ -13,6 +13,7 @@
 #   TV_VM_TIMEOUT  seconds one VM may run before it counts as a failure (default 300)
 #   TV_VM_PKG_deb_6_1, TV_VM_PKG_deb_6_12   pin a package name instead of the newest one
 #   TV_VM_TESTS    comma-separated guest tests to run (default: all)
+#   TV_VM_DEBUG    set: the guest first prints a `tcpvigil check` with libbpf's full log
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${TV_VM_CACHE:-/var/cache/tcpvigil-vm}
@@ -112,7 +113,7 @@ add_bin() {
   mkdir -p "$root$(dirname "$dest")"
   cp -L "$src" "$root$dest"
   strip -g "$root$dest" 2>/dev/null || true
-  { ldd "$src" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | while read -r lib; do
+  { ldd "$src" 2>/dev/null || true; } | awk '/=> \//{print $3} /^[ \t]*\/lib/{print $1}' | while read -r lib; do
     [ -e "$root$lib" ] && continue
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
@@ -148,6 +149,8 @@ boot() {
   mods=$WORK/mods-$name
   rm -rf "$mods" && mkdir -p "$mods/lib/modules"
   cp "$dir"/modules/* "$mods/lib/modules/"
+  # As on any Debian host: libbpf reads Kconfig externs (CONFIG_HZ) from /boot/config-$(uname -r).
+  mkdir -p "$mods/boot" && cp "$dir/config" "$mods/boot/config-$krel"
   initrd=$WORK/initrd-$name.cpio
   { cat "$WORK/common.cpio"; cpio_of "$mods"; } > "$initrd"
   serial=$WORK/$name.serial.log
@@ -159,7 +162,7 @@ boot() {
   timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 \
     -nodefaults -no-user-config -display none -monitor none -nic none -no-reboot \
     -serial stdio -kernel "$dir/vmlinuz" -initrd "$initrd" \
-    -append "console=ttyS0 panic=-1 loglevel=4 tv.expect=$expect${TV_VM_TESTS:+ tv.tests=$TV_VM_TESTS}" \
+    -append "console=ttyS0 panic=-1 loglevel=4 tv.expect=$expect${TV_VM_TESTS:+ tv.tests=$TV_VM_TESTS}${TV_VM_DEBUG:+ tv.debug=1}" \
     < /dev/null 2>&1 | tr -d '\r' | tee "$serial" | grep --line-buffered -E '^TVTEST|^ *TV '
   rc=${PIPESTATUS[0]}
   set -e
