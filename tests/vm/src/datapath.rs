@@ -219,14 +219,21 @@ fn samples(r: &mut Report, rec: &Recording, sns: u64, expect: Expect, wire: &cap
     }
     r.info(&format!("samples in the sender's namespace by source: {by_src:?}"));
     let n = |s: &str| by_src.get(s).copied().unwrap_or(0);
-    match expect {
-        Expect::Fentry => r.check("datapath-samples-sacktag", n("sacktag") > 0, &format!("{} sacktag samples", n("sacktag"))),
-        Expect::Fallback => r.check(
+    let fexit = rec.variant("sack").starts_with("fexit");
+    if expect == Expect::Fentry && !fexit {
+        r.fail("datapath-sack-variant", &format!("the recording used `{}`, not fexit", rec.variant("sack")));
+    }
+    if expect == Expect::Fallback && fexit {
+        r.fail("datapath-sack-variant", "the recording used fexit where the fallback was expected");
+    }
+    if fexit {
+        r.check("datapath-samples-sacktag", n("sacktag") > 0, &format!("{} sacktag samples", n("sacktag")));
+    } else {
+        r.check(
             "datapath-samples-probe",
             n("probe") > 0 && n("sacktag") == 0,
             &format!("{} probe samples, {} sacktag", n("probe"), n("sacktag")),
-        ),
-        Expect::Any => {}
+        );
     }
     if checked > 0 {
         r.check(

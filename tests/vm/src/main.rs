@@ -22,7 +22,8 @@ pub enum Expect {
     Fentry,
     /// fentry/fexit refused: the fallbacks must be chosen and the refusal reported (this host).
     Fallback,
-    /// Whatever `check` decides.
+    /// Whatever `check` finds for fexit/tcp_sacktag_write_queue, held consistently across the
+    /// other trampoline needs and the samples (the host run: right on any machine).
     Any,
 }
 

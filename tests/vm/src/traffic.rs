@@ -89,6 +89,9 @@ pub fn sender(ns: &str, to: SocketAddr) -> Result<Sender> {
                 Err(e) => return Err(e).context("send"),
             }
         }
+        // Drain before the half-close: the socket leaves ESTABLISHED at shutdown, and the
+        // tcp_probe fallback sees no ACK after that (FIN_WAIT1 ACKs skip tcp_rcv_established).
+        drain(&s, Duration::from_secs(60))?;
         // Half-close, then wait for the receiver's close: everything sent was delivered.
         s.shutdown(std::net::Shutdown::Write)?;
         s.set_read_timeout(Some(Duration::from_secs(90)))?;
@@ -100,6 +103,26 @@ pub fn sender(ns: &str, to: SocketAddr) -> Result<Sender> {
         .map_err(|_| anyhow!("sender did not connect"))?
         .map_err(|e| anyhow!(e))?;
     Ok(Sender { stop, handle })
+}
+
+/// Wait until every byte written was acknowledged (TIOCOUTQ: unacked + unsent bytes).
+fn drain(s: &TcpStream, limit: Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut n: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int through the pointer, which outlives the call.
+        if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) } < 0 {
+            return Err(std::io::Error::last_os_error()).context("TIOCOUTQ");
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if t0.elapsed() > limit {
+            anyhow::bail!("{n} bytes still unacknowledged after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 impl Sender {
