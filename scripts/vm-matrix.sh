@@ -6,6 +6,8 @@
 #
 #   scripts/vm-matrix.sh                 the whole matrix
 #   TV_VM_KERNELS="deb-6.1 host" ...     a subset (deb-6.1, deb-6.12, host)
+#   TV_VM_PROFILE=debug                  reuse the debug build instead of a release build
+#   TV_VM_TCPVIGIL=/path/to/tcpvigil     test that binary (tvguest is still built here)
 #
 # Downloads are cached in TV_VM_CACHE (default /var/cache/tcpvigil-vm) and fetched again when
 # absent; logs, results and the generated tables go to TV_VM_WORK (default /tmp/tcpvigil-vm).
@@ -46,21 +48,30 @@ fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
 mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
 
-step "build (release: tcpvigil, tvguest)"
+# TV_VM_PROFILE=debug reuses a debug build (e.g. the one scripts/test.sh just made) instead of
+# compiling everything again in release; TV_VM_TCPVIGIL tests a tcpvigil binary built elsewhere.
+PROFILE=${TV_VM_PROFILE:-release}
+step "build ($PROFILE: tcpvigil, tvguest)"
 tb=$(date +%s)
-cargo build --release --locked -p tcpvigil -p tcpvigil-vmtest 2>&1 | tail -n 3
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-BIN=$TARGET/release
+pkgs=(-p tcpvigil-vmtest)
+[ -n "${TV_VM_TCPVIGIL:-}" ] || pkgs+=(-p tcpvigil)
+if [ "$PROFILE" = release ]; then
+  cargo build --release --locked "${pkgs[@]}" 2>&1 | tail -n 3
+else
+  cargo build --locked "${pkgs[@]}" 2>&1 | tail -n 3
+fi
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE
+TCPVIGIL=${TV_VM_TCPVIGIL:-$BIN/tcpvigil}
 build_secs=$(( $(date +%s) - tb ))
 mkdir -p "$WORK"
 rm -f "$WORK"/*.results
-bash tests/vm/vm.sh common "$BIN/tcpvigil" "$BIN/tvguest"
+bash tests/vm/vm.sh common "$TCPVIGIL" "$BIN/tvguest"
 
 run_host() {
   local results=$WORK/host.results t0 rc
   t0=$(date +%s)
   set +e
-  "$BIN/tvguest" all --expect "${TV_VM_HOST_EXPECT:-any}" --tcpvigil "$BIN/tcpvigil" 2>&1 |
+  "$BIN/tvguest" all --expect "${TV_VM_HOST_EXPECT:-any}" --tcpvigil "$TCPVIGIL" 2>&1 |
     tee "$WORK/host.log" | grep --line-buffered '^TVTEST'
   rc=${PIPESTATUS[0]}
   set -e
