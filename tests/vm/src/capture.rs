@@ -115,7 +115,13 @@ fn dropped(fd: i32) -> u64 {
     let mut len = std::mem::size_of::<libc::tpacket_stats>() as u32;
     // SAFETY: st and len are valid for writing; the kernel writes at most len bytes.
     let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, (&mut st as *mut libc::tpacket_stats).cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
     };
     if r == 0 {
         st.tp_drops as u64

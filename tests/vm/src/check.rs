@@ -31,7 +31,11 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
     for n in &needs {
         let refused: Vec<String> = n["refused"]
             .as_array()
-            .map(|a| a.iter().map(|x| format!("{}: {}", x[0].as_str().unwrap_or("?"), x[1].as_str().unwrap_or("?"))).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|x| format!("{}: {}", x[0].as_str().unwrap_or("?"), x[1].as_str().unwrap_or("?")))
+                    .collect()
+            })
             .unwrap_or_default();
         r.info(&format!(
             "variant {} | {} | {}{}",
@@ -41,11 +45,7 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
             if refused.is_empty() { String::new() } else { format!(" | refused: {}", refused.join("; ")) }
         ));
     }
-    r.check(
-        "check-exit-ok",
-        out.status.success() && v["ok"] == true,
-        &format!("exit {} ok={}", out.status, v["ok"]),
-    );
+    r.check("check-exit-ok", out.status.success() && v["ok"] == true, &format!("exit {} ok={}", out.status, v["ok"]));
     let get = |name: &str| needs.iter().find(|n| n["need"] == name).cloned().unwrap_or(Value::Null);
     let variant = |name: &str| get(name)["variant"].as_str().unwrap_or("none").to_string();
 
@@ -56,7 +56,11 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
     // Arity of the tcp_retransmit_skb tracepoint: (sk, skb, err) from 6.17.
     let (maj, min) = kernel_version();
     let want_rtx = if (maj, min) >= (6, 17) { "(sk, skb, err)" } else { "(sk, skb)" };
-    r.check("check-retrans-arity", variant("retrans").ends_with(want_rtx), &format!("{} (want {want_rtx})", variant("retrans")));
+    r.check(
+        "check-retrans-arity",
+        variant("retrans").ends_with(want_rtx),
+        &format!("{} (want {want_rtx})", variant("retrans")),
+    );
     if (maj, min) >= (5, 19) {
         let ok = variant("ca_state") == "tp_btf/tcp_cong_state_set";
         r.check("check-ca-state-tracepoint", ok, &variant("ca_state"));

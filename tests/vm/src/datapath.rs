@@ -35,7 +35,7 @@ pub struct Opts {
     #[arg(long, value_enum, default_value_t = Impair::Auto)]
     pub impair: Impair,
     /// How long `record` may take to attach (trial loads are slow under TCG).
-    #[arg(long, default_value_t = 240)]
+    #[arg(long, default_value_t = 120)]
     pub ready_timeout_s: u64,
 }
 
@@ -93,7 +93,8 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect, o: &Opts) -> Result<(
         path.impair, o.delay_ms, o.rate_mbit, o.loss, o.outage_ms, o.outage_at_ms, o.secs
     ));
     let (sns, rns) = (netns_inode(&path.snd)?, netns_inode(&path.rcv)?);
-    let mut rec = Recorder::start(tcpvigil, &format!("{}:{PORT}", path.rcv_ip), Duration::from_secs(o.ready_timeout_s))?;
+    let mut rec =
+        Recorder::start(tcpvigil, &format!("{}:{PORT}", path.rcv_ip), Duration::from_secs(o.ready_timeout_s))?;
     r.info(&format!("record ready after {:.1}s", rec.ready_after.as_secs_f64()));
     let to: SocketAddr = format!("{}:{PORT}", path.rcv_ip).parse()?;
     let rx = traffic::receiver(&path.rcv, to)?;
@@ -239,7 +240,10 @@ fn samples(r: &mut Report, rec: &Recording, sns: u64, expect: Expect, wire: &cap
         r.check(
             "datapath-sacktag-consistent",
             bad.is_empty(),
-            &format!("{checked} sacktag samples checked{}", if bad.is_empty() { String::new() } else { format!(": {}", bad.join("; ")) }),
+            &format!(
+                "{checked} sacktag samples checked{}",
+                if bad.is_empty() { String::new() } else { format!(": {}", bad.join("; ")) }
+            ),
         );
     }
     let missing: Vec<_> = wire.blocks.difference(&blocks).collect();
@@ -255,7 +259,11 @@ fn samples(r: &mut Report, rec: &Recording, sns: u64, expect: Expect, wire: &cap
         if invented.is_empty() && missing.is_empty() {
             String::new()
         } else {
-            format!(" (e.g. missed {:?}, invented {:?})", &missing[..missing.len().min(3)], &invented[..invented.len().min(3)])
+            format!(
+                " (e.g. missed {:?}, invented {:?})",
+                &missing[..missing.len().min(3)],
+                &invented[..invented.len().min(3)]
+            )
         }
     );
     r.check(

@@ -41,15 +41,7 @@ impl Path {
         run_quiet("ip", &["netns", "del", &rcv]);
         run("ip", &["netns", "add", &snd])?;
         run("ip", &["netns", "add", &rcv])?;
-        let mut p = Path {
-            snd,
-            rcv,
-            snd_if,
-            rcv_ip: "10.99.0.2".into(),
-            impair,
-            port,
-            shape,
-        };
+        let mut p = Path { snd, rcv, snd_if, rcv_ip: "10.99.0.2".into(), impair, port, shape };
         run(
             "ip",
             &["link", "add", &p.snd_if, "netns", &p.snd, "type", "veth", "peer", "name", &rcv_if, "netns", &p.rcv],
@@ -87,8 +79,22 @@ impl Path {
         run(
             "tc",
             &[
-                "-n", &self.snd, "qdisc", verb, "dev", &self.snd_if, "root", "netem", "delay", &d, "rate", &r, "loss",
-                &loss, "limit", "10000",
+                "-n",
+                &self.snd,
+                "qdisc",
+                verb,
+                "dev",
+                &self.snd_if,
+                "root",
+                "netem",
+                "delay",
+                &d,
+                "rate",
+                &r,
+                "loss",
+                &loss,
+                "limit",
+                "10000",
             ],
         )?;
         Ok(())
@@ -99,7 +105,22 @@ impl Path {
         // As for netem: a limit above tcp_limit_output_bytes, so the qdisc never drops.
         run(
             "tc",
-            &["-n", &self.snd, "qdisc", "add", "dev", &self.snd_if, "root", "tbf", "rate", &r, "burst", "32kb", "limit", "4mb"],
+            &[
+                "-n",
+                &self.snd,
+                "qdisc",
+                "add",
+                "dev",
+                &self.snd_if,
+                "root",
+                "tbf",
+                "rate",
+                &r,
+                "burst",
+                "32kb",
+                "limit",
+                "4mb",
+            ],
         )?;
         if self.shape.delay_ms > 0 {
             note("nft mode has no delay: the path's RTT is the veth's");
@@ -143,7 +164,8 @@ impl Path {
     pub fn outage(&self, on: bool, loss_pct: f64) -> Result<()> {
         match self.impair {
             Impair::Netem => self.netem(if on { 100.0 } else { loss_pct }),
-            _ if on => self.nft("table inet tvout {\n chain in {\n  type filter hook input priority -10; policy drop;\n }\n}\n"),
+            _ if on => self
+                .nft("table inet tvout {\n chain in {\n  type filter hook input priority -10; policy drop;\n }\n}\n"),
             _ => {
                 run("ip", &["netns", "exec", &self.rcv, "nft", "delete", "table", "inet", "tvout"])?;
                 Ok(())

@@ -49,7 +49,10 @@ impl Recorder {
             }
             if t0.elapsed() > ready_timeout {
                 let _ = rec.child.kill();
-                bail!("tcpvigil record not ready after {ready_timeout:?}: {}", std::fs::read_to_string(&rec.err).unwrap_or_default());
+                bail!(
+                    "tcpvigil record not ready after {ready_timeout:?}: {}",
+                    std::fs::read_to_string(&rec.err).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

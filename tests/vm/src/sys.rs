@@ -8,11 +8,7 @@ use nix::sched::{setns, CloneFlags};
 
 /// Run a command, fail with its stderr when it exits non-zero; return stdout.
 pub fn run(prog: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {prog}"))?;
+    let out = Command::new(prog).args(args).stdin(Stdio::null()).output().with_context(|| format!("running {prog}"))?;
     if !out.status.success() {
         bail!("`{prog} {}` failed ({}): {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());
     }

@@ -44,9 +44,7 @@ pub fn receiver(ns: &str, addr: SocketAddr) -> Result<Receiver> {
         }
         Ok(total) // dropping `s` closes: the sender's read sees EOF
     });
-    rx.recv_timeout(Duration::from_secs(10))
-        .map_err(|_| anyhow!("receiver did not bind"))?
-        .map_err(|e| anyhow!(e))?;
+    rx.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow!("receiver did not bind"))?.map_err(|e| anyhow!(e))?;
     Ok(Receiver { handle })
 }
 
@@ -68,7 +66,8 @@ pub fn sender(ns: &str, to: SocketAddr) -> Result<Sender> {
     let stop2 = stop.clone();
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::spawn(move || -> Result<u64> {
-        let conn = enter_netns(&ns).and_then(|()| TcpStream::connect_timeout(&to, Duration::from_secs(10)).context("connect"));
+        let conn =
+            enter_netns(&ns).and_then(|()| TcpStream::connect_timeout(&to, Duration::from_secs(10)).context("connect"));
         let mut s = match conn {
             Ok(s) => {
                 let _ = tx.send(Ok(()));
@@ -99,9 +98,7 @@ pub fn sender(ns: &str, to: SocketAddr) -> Result<Sender> {
         while s.read(&mut b).context("waiting for the receiver's close")? > 0 {}
         Ok(total)
     });
-    rx.recv_timeout(Duration::from_secs(15))
-        .map_err(|_| anyhow!("sender did not connect"))?
-        .map_err(|e| anyhow!(e))?;
+    rx.recv_timeout(Duration::from_secs(15)).map_err(|_| anyhow!("sender did not connect"))?.map_err(|e| anyhow!(e))?;
     Ok(Sender { stop, handle })
 }
 
