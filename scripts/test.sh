@@ -24,3 +24,6 @@ for extra in scripts/ci-*.sh; do
   step "$extra"
   bash "$extra"
 done
+
+step "kernel matrix (Debian 6.1 and 6.12 under qemu, host natively)"
+TV_VM_PROFILE=debug bash scripts/vm-matrix.sh
