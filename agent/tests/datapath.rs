@@ -157,19 +157,19 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
     let rec = Recorder::start(&["--conn", &format!(":{port}")], 6);
     let j = p.iperf_client(port, 3, &["-C", "cubic"]);
     eprintln!("iperf3 moved {} bytes", j["end"]["sum_sent"]["bytes"]);
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1000));
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(dump.id() as i32), nix::sys::signal::Signal::SIGINT);
     let _ = dump.wait();
     let mut stats = String::new();
     if let Some(mut err) = dump_err {
         let _ = std::io::Read::read_to_string(&mut err, &mut stats);
     }
-    // "N packets dropped by kernel": ACKs the capture missed but the agent saw.
-    let cap_dropped: usize = stats
-        .lines()
-        .find(|l| l.contains("dropped by kernel"))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    // ACKs the capture missed but the agent saw: "dropped by kernel", plus packets "received by
+    // filter" that tcpdump never wrote (still buffered when it was stopped).
+    let stat = |what: &str| -> usize {
+        stats.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+    };
+    let cap_dropped = stat("dropped by kernel") + stat("received by filter").saturating_sub(stat("packets captured"));
     let (rec, _) = rec.finish();
     let text = sh(&format!("tcpdump -S -n -r {} 2>/dev/null", pcap.display()));
     eprintln!("{}", text.lines().filter(|l| l.contains("sack")).take(3).collect::<Vec<_>>().join("\n"));
