@@ -49,6 +49,9 @@ pub struct LimitsDetector {
     conns: HashMap<u64, Conn>,
 }
 
+/// Peak delivery per min RTT at or above this share of the peer's window: the window is what caps delivery.
+const WINDOW_BOUND: f64 = 0.8;
+
 fn round_up_mib(bytes: f64) -> u64 {
     let mib = (bytes / (1u64 << 20) as f64).ceil().max(1.0) as u64;
     mib << 20
@@ -106,10 +109,21 @@ impl LimitsDetector {
         });
         let mut found: Vec<(&'static str, serde_json::Value)> = Vec::new();
         // A closed window is a receiver that stopped reading (a zero-window stop), not a buffer to size.
-        if s.snd_wnd > 0 && busy >= cfg.min_busy_s && rwnd / busy >= cfg.limited_fraction {
+        // A pacing sender (BBR) spends only part of its busy time rwnd-limited even when the window caps it:
+        // then the peak delivery per RTT equals the window, which is the same diagnosis.
+        let window_use = if s.snd_wnd > 0 { bdp / s.snd_wnd as f64 } else { 0.0 };
+        let window_bound = window_use >= WINDOW_BOUND && rwnd / busy.max(1e-9) >= cfg.limited_fraction / 3.0;
+        if s.snd_wnd > 0 && busy >= cfg.min_busy_s && (rwnd / busy >= cfg.limited_fraction || window_bound) {
             found.push(("rwnd_limited", json!({
                 "limited_fraction": rwnd / busy,
-                "advice": format!("the receiver's window holds the sender back: raise net.ipv4.tcp_rmem max on the receiver to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
+                "window_use": window_use,
+                "snd_wnd": s.snd_wnd,
+                "advice": format!(
+                    "the receiver's window holds the sender back: raise net.ipv4.tcp_rmem max on the receiver to {suggest} (≈{} x BDP of {} bytes){}",
+                    cfg.bdp_factor,
+                    bdp as u64,
+                    if window_use >= WINDOW_BOUND { "; delivery is capped by the window, so the path's BDP may be larger: size for link rate x RTT" } else { "" }
+                ),
                 "sysctl": "net.ipv4.tcp_rmem", "side": "receiver", "value": suggest,
             })));
         }
@@ -186,6 +200,31 @@ mod tests {
             d.observe(&Event { ts_ns: (i as u64 + 1) * 1_000_000_000, conn: id, body: Body::Snapshot(s) }, &mut out);
         }
         out
+    }
+
+    /// A pacing sender whose peak delivery is one receive window per RTT, rwnd-limited 15 % of its busy time.
+    fn paced(window: u32, rate_segs: u32) -> Vec<Snap> {
+        (0..6)
+            .map(|i| Snap {
+                snd_wnd: window,
+                rate_delivered: rate_segs,
+                ..snap(i * 10_000_000, i * 1_000_000, i * 150_000, true)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_paced_sender_capped_at_one_window_per_rtt_is_rwnd_limited() {
+        // 113 segs x 1448 B per 100 ms x 100 ms = 163.6 kB, the peer's 164 kB window: the window caps it.
+        let out = run(paced(164_480, 113));
+        assert_eq!(out.iter().map(|f| f.cause.as_str()).collect::<Vec<_>>(), vec!["rwnd_limited"]);
+        assert!(out[0].evidence["window_use"].as_f64().unwrap() > 0.99, "{}", out[0].evidence);
+    }
+
+    #[test]
+    fn a_window_far_above_what_is_delivered_is_not_the_limit() {
+        // Same 15 % rwnd-limited time, but delivery per RTT is a third of the window: the network limits it.
+        assert!(run(paced(3 * 164_480, 113)).is_empty());
     }
 
     #[test]
