@@ -53,11 +53,17 @@ fn stop_daemon(mut d: Daemon) -> Vec<Value> {
 
 /// Findings about the lab's data senders (their addresses), last report per (kind, conn, start).
 fn sender_findings(all: &[Value], truth: &Truth) -> Vec<Value> {
-    let addrs: Vec<String> = truth.senders.iter().map(|h| format!("{}:", h.addr)).collect();
+    // Lab addresses repeat across runs (and runs may overlap); the namespace inode does not.
+    let mine = |c: &Value| {
+        let local = c["local"].as_str().unwrap_or("");
+        truth.senders.iter().any(|h| {
+            local.starts_with(&format!("{}:", h.addr)) && (h.netns_ino == 0 || c["netns"].as_u64() == Some(h.netns_ino))
+        })
+    };
     let mut out: Vec<Value> = Vec::new();
     for f in all {
-        let local = f["conn"]["local"].as_str().unwrap_or("");
-        if !addrs.iter().any(|a| local.starts_with(a.as_str())) && f["kind"] != "unfair" {
+        // An unfair group's `conn` is its slowest stream.
+        if !mine(&f["conn"]) {
             continue;
         }
         // A stop's cause may sharpen between its reports; limits of one connection differ by cause.

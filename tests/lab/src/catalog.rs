@@ -37,12 +37,16 @@ fn lab(senders: usize, path: PathConfig) -> LabConfig {
     LabConfig { topo: TopoConfig { senders, ..TopoConfig::default() }, path, trim_delay: true, ..LabConfig::default() }
 }
 
+/// iperf3 runs CUBIC (`-C`), the loss-based CC the papers measured, whatever the host default (often bbr,
+/// which a namespace may not even be allowed to set); `--cc` overrides it.
+const PAPERS_CC: &str = "cubic";
+
 fn one_flow(duration_s: f64) -> Traffic {
     Traffic::Iperf {
         flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }],
         duration_s,
         bytes: None,
-        cc: None,
+        cc: Some(PAPERS_CC.into()),
     }
 }
 
@@ -89,7 +93,7 @@ fn parallel(staggered: bool) -> Scenario {
     };
     let mut s = base(name, summary, Some("001_dc74dff776e003ff.txt"),
         "Paper: 4 x 1 stream, 1 GbE, 300 ms RTT, BIC, 100 s. Here: 4 sender namespaces -> one receiver, tbf 100 Mbit/s with a 312 kB (1/4 BDP) drop-tail queue, 100 ms RTT, cubic, 15 s. Offsets are RTT/4 = 25 ms in the staggered variant.",
-        l, Traffic::Iperf { flows, duration_s: 15.0, bytes: None, cc: None });
+        l, Traffic::Iperf { flows, duration_s: 15.0, bytes: None, cc: Some(PAPERS_CC.into()) });
     s.expected.push(exp);
     s
 }
@@ -118,7 +122,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut s = base("policer-burst", "one stream through a 500 Mbit/s policer with a 16 MB bucket at 10 ms RTT: a burst loss of half the window",
                 Some("000_2e9743cb0abe8e5d.txt"),
                 "Paper: 1 GB, one stream, 10 ms RTT, policer 500 Mbps with 16 MB burst. Here the same rate, bucket and RTT, but 300 MB by default (--bytes 1000000000 for the paper's 1 GB) and a 30 s cap. With the big bucket cwnd grows far past the 625 kB BDP before the bucket runs dry and a large part of the window is dropped at once. summary.efficiency = goodput / 500 Mbit/s.",
-                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }], duration_s: 30.0, bytes: Some(300_000_000), cc: None });
+                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
             s.expected.push(Expected::new("burst-loss", "policer", Some(0.3), None,
                 "000: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
             s

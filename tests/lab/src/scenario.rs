@@ -62,7 +62,7 @@ pub struct Knobs {
     /// Parallel streams per iperf3 client (iperf3 -P, 1..=32).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub streams: Option<u32>,
-    /// Congestion control in every namespace (e.g. cubic, reno, bbr).
+    /// Congestion control of the iperf3 flows (iperf3 -C: cubic, reno, bbr); scenarios default to cubic.
     #[arg(long)]
     pub cc: Option<String>,
     /// SACK on the senders: on or off.
@@ -178,8 +178,11 @@ impl Scenario {
             self.lab.trim_delay = false;
         }
         if let Some(cc) = &k.cc {
-            set_sysctl(&mut self.lab.sender_sysctls, "net.ipv4.tcp_congestion_control", cc.clone());
-            set_sysctl(&mut self.lab.receiver_sysctls, "net.ipv4.tcp_congestion_control", cc.clone());
+            // Per socket (iperf3 -C): a namespace may only set the CCs the host allows
+            // (net.ipv4.tcp_allowed_congestion_control), a root socket any available one.
+            if let Traffic::Iperf { cc: c, .. } = &mut self.traffic {
+                *c = Some(cc.clone());
+            }
         }
         if let Some(s) = &k.sack {
             set_sysctl(&mut self.lab.sender_sysctls, "net.ipv4.tcp_sack", if s == "on" { "1" } else { "0" }.into());

@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::registry;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 
 /// Shape of the topology.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -38,6 +39,9 @@ pub struct Host {
     pub router_ifname: String,
     /// The router's address on this link (the host's default gateway).
     pub router_addr: Ipv4Addr,
+    /// Inode of the namespace (what the agent reports as `netns`): addresses repeat across runs, this does not.
+    #[serde(default)]
+    pub netns_ino: u64,
 }
 
 /// A built topology. Dropping it deletes every namespace (and so every veth and process in them).
@@ -119,6 +123,7 @@ impl Topology {
             addr: Ipv4Addr::new(10, net, i as u8 + 1, 2),
             router_ifname: format!("{role}{i}"),
             router_addr: Ipv4Addr::new(10, net, i as u8 + 1, 1),
+            netns_ino: 0,
         };
         let mut topo = Topology {
             senders: (0..cfg.senders).map(|i| host('s', i, 71)).collect(),
@@ -132,8 +137,9 @@ impl Topology {
         let r = (|| -> Result<()> {
             add_netns(&topo.router, &mut all)?;
             cmd::run_in(&topo.router, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-            for h in topo.senders.iter().chain(topo.receivers.iter()) {
+            for h in topo.senders.iter_mut().chain(topo.receivers.iter_mut()) {
                 add_netns(&h.netns, &mut all)?;
+                h.netns_ino = std::fs::metadata(format!("/run/netns/{}", h.netns)).map(|m| m.ino()).unwrap_or(0);
                 link(h, &topo.router, cfg)?;
             }
             Ok(())
