@@ -5,7 +5,7 @@
 # Usage: bash scripts/make-fixtures.sh [SCENARIO...]   (root; default: every judged scenario)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=tests/fixtures
+out=${FIXTURE_OUT:-tests/fixtures} # FIXTURE_OUT: write elsewhere, e.g. to compare runs
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
 	scenarios=(clean outage tail-loss-rto zero-window lfn-buffer no-sack parallel-4-lossy lost-retransmit)

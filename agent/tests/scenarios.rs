@@ -69,7 +69,14 @@ fn run(name: &str) -> Option<(Truth, Vec<Value>)> {
         .run_with(&opts, |_lab: &Lab| Ok(start_daemon(name)), |d, _lab, _truth| Ok(stop_daemon(d)))
         .expect("scenario ran");
     let f = judge::sender_findings(&all, &truth);
-    eprintln!("== {name}: {} findings about the senders", f.len());
+    eprintln!("== {name}: {} findings about the senders ({} reports in all)", f.len(), all.len());
+    let senders: Vec<String> = truth.senders.iter().map(|h| format!("{} netns {}", h.addr, h.netns_ino)).collect();
+    if f.is_empty() && !all.is_empty() {
+        eprintln!("   senders: {senders:?}; every report:");
+        for x in &all {
+            eprintln!("   {} {} {} netns {}", x["kind"], x["cause"], x["conn"]["local"], x["conn"]["netns"]);
+        }
+    }
     for x in &f {
         eprintln!(
             "   {} {} start {:+.2}s duration {} found {:+.2}s",

@@ -210,7 +210,9 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
                 assert_eq!(x["kind"], "stop", "only a stop could be in question: {x:#}");
                 assert!(truth.summary.rto_timeouts >= 1, "a stop without an RTO in the truth: {x:#}");
             }
-            assert!(truth.summary.lost_retransmits >= 1, "the scenario lost no retransmission");
+            if scenario == "lost-retransmit" {
+                assert!(truth.summary.lost_retransmits >= 1, "the scenario lost no retransmission");
+            }
             row(scenario, "nothing, or a stop if the truth has an RTO", f.first(), truth, None)
         }
         "parallel-4" | "parallel-4-staggered" => {
