@@ -188,24 +188,28 @@ fn owner(
             next_snap = Instant::now() + snap_every;
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
             read_kernel_stats(&loaded.skel, &counters);
-            // Recursion misses (a program skipped because it was already running on that CPU) are
-            // counted by the kernel whether or not bpf_stats is on.
-            let v: Vec<(String, u64, u64, u64)> = progs
-                .iter()
-                .filter_map(|p| {
-                    prog_run_stats(prog_ref(&loaded.skel, *p).as_fd()).map(|(t, n, m)| (p.label().to_string(), t, n, m))
-                })
-                .collect();
-            if let Ok(mut s) = counters.prog_stats.lock() {
-                *s = v;
-            }
+            read_prog_stats(&loaded.skel, &progs, &counters);
         }
     }
-    // Drain what is already in the ring buffer before detaching.
+    // Drain what is already in the ring buffer before detaching; the last counts for the summary.
     let _ = rb.consume();
+    read_kernel_stats(&loaded.skel, &counters);
+    read_prog_stats(&loaded.skel, &progs, &counters);
     drop(rb);
     drop(loaded);
     Ok(())
+}
+
+/// Run time, runs and recursion misses of every attached program. Misses (a program skipped because it
+/// was already running on that CPU) are counted by the kernel whether or not bpf_stats is on.
+fn read_prog_stats(skel: &super::skel::TcpvigilSkel<'_>, progs: &[super::variants::Prog], counters: &Counters) {
+    let v: Vec<(String, u64, u64, u64)> = progs
+        .iter()
+        .filter_map(|p| prog_run_stats(prog_ref(skel, *p).as_fd()).map(|(t, n, m)| (p.label().to_string(), t, n, m)))
+        .collect();
+    if let Ok(mut s) = counters.prog_stats.lock() {
+        *s = v;
+    }
 }
 
 fn mono_ns() -> u64 {

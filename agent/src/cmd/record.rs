@@ -167,6 +167,12 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
         c.channel_dropped.load(Ordering::Relaxed),
         c.decode_errors.load(Ordering::Relaxed)
     ));
+    // Runs the kernel skipped because the program was already running on that CPU: events never seen.
+    if let Ok(progs) = c.prog_stats.lock() {
+        for (name, _, _, misses) in progs.iter().filter(|p| p.3 > 0) {
+            s.push_str(&format!(", {misses} runs of {name} skipped by the kernel (recursion)"));
+        }
+    }
     for (i, name) in KERNEL_STAT_NAMES.iter().enumerate().skip(1).take(4) {
         if let Some(v) = kernel.get(i).filter(|v| **v > 0) {
             s.push_str(&format!(", {v} {name}"));
