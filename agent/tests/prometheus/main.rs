@@ -13,6 +13,7 @@ mod support;
 mod alerts;
 mod campaign;
 mod exprs;
+mod series_churn;
 
 use std::time::Duration;
 
