@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks of the export side: metrics format (promtool check metrics, OpenMetrics parser),
-# Prometheus rules (promtool check/test rules), the systemd unit (systemd-analyze verify and
-# security), the dashboards (generated = committed; Grafana's dashboard linter or its port).
+# Prometheus rules (promtool check/test rules), the install command (scripts/install.sh into a
+# temporary root), the installed systemd unit (systemd-analyze verify and security), the
+# dashboards (generated = committed; Grafana's dashboard linter or its port). The real
+# Prometheus against the live daemon and lab is a cargo test: agent/tests/prometheus.
 # Installs what it needs (Debian packages, Go modules, a PyPI package in a venv) when run as
 # root; otherwise a missing tool is a loud skip, and under CI=true a failure.
 #
@@ -188,22 +190,44 @@ else
 	skip "prometheus (Debian package) not installed"
 fi
 
-# --- systemd unit ------------------------------------------------------------------------------
-say "systemd-analyze verify / security"
-if apt_install systemd-analyze systemd; then
-	unit=deploy/systemd/tcpvigil.service
-	# verify insists that ExecStart's binary exists: use the installed one, else a stub at
-	# the same name in a temporary directory (only that path differs from the shipped unit).
-	if [[ -x /usr/local/bin/tcpvigil ]]; then
-		cp "$unit" "$work/tcpvigil.service"
+# --- The README's install command (scripts/install.sh) into a temporary root: binary, unit,
+# config and rules in place, the installed config accepted by the installed binary. ------------
+say "scripts/install.sh into a temporary root"
+destdir="$work/root"
+tv_bin="${CARGO_TARGET_DIR:-$root/target}/debug/tcpvigil"
+if [[ -x "$tv_bin" ]] || cargo build -q --locked -p tcpvigil --bin tcpvigil; then
+	if DESTDIR="$destdir" TCPVIGIL_BIN="$tv_bin" bash scripts/install.sh &&
+		[[ -x "$destdir/usr/local/bin/tcpvigil" && -f "$destdir/etc/tcpvigil/tcpvigil.toml" &&
+			-f "$destdir/etc/systemd/system/tcpvigil.service" &&
+			-f "$destdir/etc/prometheus/rules/tcpvigil.rules.yml" ]] &&
+		{ ! command -v promtool >/dev/null 2>&1 || promtool check rules "$destdir/etc/prometheus/rules/tcpvigil.rules.yml"; }; then
+		ok "install.sh: binary, unit, config and rules installed; the installed config checks"
 	else
-		printf '#!/bin/sh\nexit 0\n' >"$work/tcpvigil" && chmod +x "$work/tcpvigil"
-		sed "s#/usr/local/bin/tcpvigil#$work/tcpvigil#g" "$unit" >"$work/tcpvigil.service"
+		fail "install.sh into $destdir"
 	fi
-	if systemd-analyze verify "$work/tcpvigil.service"; then
+else
+	fail "cargo build of the binary to install"
+fi
+
+# --- systemd unit: the installed one -----------------------------------------------------------
+say "systemd-analyze verify / security (the unit install.sh installed)"
+if apt_install systemd-analyze systemd; then
+	# verify insists that the commands exist: it sees the temporary root's binary and config
+	# (only those paths differ from the shipped unit; `--root=` would want a whole OS tree).
+	sed -e "s#/usr/local/bin/tcpvigil#$destdir/usr/local/bin/tcpvigil#g" -e "s#/etc/tcpvigil/#$destdir/etc/tcpvigil/#g" \
+		"$destdir/etc/systemd/system/tcpvigil.service" >"$work/tcpvigil.service" 2>/dev/null ||
+		fail "no installed unit to verify"
+	if [[ -s "$work/tcpvigil.service" ]] && systemd-analyze verify "$work/tcpvigil.service"; then
 		ok "systemd-analyze verify"
 	else
 		fail "systemd-analyze verify"
+	fi
+	# ExecStartPre as the unit runs it: the config check of the installed binary.
+	pre=$(sed -n 's/^ExecStartPre=//p' "$work/tcpvigil.service")
+	if [[ -n "$pre" ]] && $pre >/dev/null; then
+		ok "ExecStartPre ($pre)"
+	else
+		fail "ExecStartPre: '$pre'"
 	fi
 	if systemd-analyze security --offline=yes "$work/tcpvigil.service" >"$work/security.txt" 2>&1; then :; fi
 	score=$(sed -n 's/.*Overall exposure level for tcpvigil.service: \([0-9.]*\).*/\1/p' "$work/security.txt")

@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc-dev
       iperf3 nftables iptables iproute2 tcpdump ethtool procps iputils-ping
       bpftool fonts-dejavu-core
-      qemu-system-x86 busybox-static xz-utils)   # the kernel matrix (scripts/vm-matrix.sh)
+      qemu-system-x86 busybox-static xz-utils    # the kernel matrix (scripts/vm-matrix.sh)
+      prometheus)   # prometheus + promtool: agent/tests/prometheus runs the server binary directly
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

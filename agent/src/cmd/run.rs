@@ -33,7 +33,8 @@ pub struct Args {
     /// Write findings as JSON lines to this file ("-" for stdout; overrides export.events).
     #[arg(long)]
     events: Option<String>,
-    /// Create this file once the probes are attached and the daemon serves (for harnesses).
+    /// Create this file once the probes are attached and the daemon serves (for harnesses); it
+    /// holds the address /metrics is served on (useful with `--listen 127.0.0.1:0`).
     #[arg(long)]
     ready_file: Option<PathBuf>,
 }
@@ -126,7 +127,8 @@ async fn daemon(
     let ready = Arc::new(AtomicBool::new(false));
     let server = HttpServer::bind(cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
     let http = server.handle();
-    tracing::info!("serving /metrics and /healthz on {}", server.local_addr());
+    let serving = server.local_addr();
+    tracing::info!("serving /metrics and /healthz on {serving}");
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = tokio::spawn(server.run(async {
         let _ = http_stopped.await;
@@ -140,7 +142,11 @@ async fn daemon(
     ready.store(true, Ordering::SeqCst);
     notify("READY=1");
     if let Some(r) = &ready_file {
-        std::fs::File::create(r).with_context(|| format!("creating the ready file {}", r.display()))?;
+        // Written whole to a temporary name first: a harness that sees the file sees the address.
+        let tmp = r.with_extension("tmp");
+        std::fs::write(&tmp, format!("{serving}\n"))
+            .and_then(|()| std::fs::rename(&tmp, r))
+            .with_context(|| format!("creating the ready file {}", r.display()))?;
     }
     tracing::info!("tcpvigil running");
     loop {

@@ -1,5 +1,5 @@
 //! Unfair parallel streams: group the streams of one transfer, compare their goodput, flag persistence.
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -147,6 +147,8 @@ struct GroupState {
     reported: Option<u64>,
     /// First time each stream fell below half the group mean.
     behind_since: HashMap<u64, u64>,
+    /// The slowest stream at the last evaluation (named when the group ends with its streams).
+    slowest: Option<ConnId>,
 }
 
 pub struct FairnessDetector {
@@ -211,7 +213,10 @@ impl FairnessDetector {
             }
         }
         let persist = (self.cfg.persist_s * 1e9) as u64;
+        let live: HashMap<String, usize> = groups.iter().map(|(k, s)| (k.clone(), s.len())).collect();
+        let mut present = HashSet::new();
         for (key, streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+            present.insert(key.clone());
             let rates: Vec<f64> = streams.iter().map(|s| s.1).collect();
             let (min, max, sum) = (
                 rates.iter().cloned().fold(f64::MAX, f64::min),
@@ -251,6 +256,7 @@ impl FairnessDetector {
                 })
             };
             let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
+            st.slowest = slowest;
             if unfair {
                 st.fair_since = None;
                 let since = *st.unfair_since.get_or_insert(now);
@@ -289,6 +295,27 @@ impl FairnessDetector {
                 }
             }
         }
+        // A group with fewer than two streams left (the transfer finished or was stopped) is
+        // over: an unfair report ends with it, and its state goes.
+        self.groups.retain(|key, st| {
+            if present.contains(key) {
+                return true;
+            }
+            if let Some(start) = st.reported {
+                out.push(Finding {
+                    ts_ns: now,
+                    kind: FindingKind::Unfair,
+                    conn: st.slowest,
+                    group: Some(key.clone()),
+                    start_ns: start,
+                    duration_s: Some(now.saturating_sub(start) as f64 / 1e9),
+                    ongoing: false,
+                    cause: "unfair_streams".into(),
+                    evidence: json!({ "ended": "streams_closed", "streams_left": live.get(key).copied().unwrap_or(0) }),
+                });
+            }
+            false
+        });
     }
 }
 
@@ -366,6 +393,39 @@ mod tests {
         assert!((slow["retrans_ratio"].as_f64().unwrap() - 0.02).abs() < 1e-9, "{slow}");
         assert!(out[0].evidence["remedy"].as_str().unwrap().contains("RTT/4 apart"));
     }
+
+    #[test]
+    fn an_unfair_group_ends_when_its_streams_close() {
+        let rates = [10_000_000u64, 10_000_000, 1_000_000, 10_000_000];
+        let mut table = ConnTable::new(false);
+        let mut d = FairnessDetector::new(FairnessConfig::default());
+        let mut out = vec![];
+        let mut t = 0;
+        while t < 10_000_000_000 {
+            t += 50_000_000;
+            for (i, r) in rates.iter().enumerate() {
+                let s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
+                let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
+                table.apply(&ev);
+                d.observe(&ev, &table);
+            }
+            d.tick(t, &table, &mut out);
+        }
+        assert_eq!(out.len(), 1, "{out:?}");
+        for i in 0..rates.len() {
+            let ev = Event { ts_ns: t + 1, conn: conn(i as u64), body: Body::Close(Default::default()) };
+            table.apply(&ev);
+            d.observe(&ev, &table);
+        }
+        d.tick(t + 1_000_000_000, &table, &mut out);
+        let end = out.last().expect("an end report");
+        assert!(!end.ongoing && end.group == out[0].group && end.start_ns == out[0].start_ns, "{end:?}");
+        assert_eq!(end.conn.map(|c| c.cookie), Some(2));
+        assert!(end.duration_s.is_some_and(|d| d > 5.0), "{end:?}");
+        // Nothing is kept for it, and nothing more is reported.
+        assert!(d.groups.is_empty());
+        d.tick(t + 2_000_000_000, &table, &mut out);
+        assert_eq!(out.len(), 2);    }
 
     #[test]
     fn equal_streams_are_not_flagged() {
