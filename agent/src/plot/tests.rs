@@ -137,3 +137,43 @@ fn demo_pictures_and_recordings() {
         eprintln!("{name}: {} pictures in {}, recording {}", files.len(), all.display(), path.display());
     }
 }
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    plot: PlotArgs,
+}
+
+#[test]
+fn plot_command_line_takes_a_recording_out_dir_and_filter() {
+    use clap::Parser;
+    let a = Cli::try_parse_from(["t", "rec.jsonl", "--out", "pics", "--conn", ":5201"]).unwrap().plot;
+    assert_eq!(a.recording, Path::new("rec.jsonl"));
+    assert_eq!(a.out, Path::new("pics"));
+    assert_eq!(a.conn, Some(":5201".parse().unwrap()));
+    assert_eq!(Cli::try_parse_from(["t", "r"]).unwrap().plot.out, Path::new("."));
+    assert!(Cli::try_parse_from(["t", "r", "--conn", ":0"]).is_err());
+}
+
+#[test]
+fn run_reads_the_recording_and_its_findings_sibling() {
+    let dir = tmp("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rec, findings) = synth::outage();
+    let path = dir.join("x.jsonl");
+    let mut buf = Vec::new();
+    crate::recording::write_header(&mut buf, &rec.header).unwrap();
+    for e in &rec.events {
+        crate::recording::write_event(&mut buf, e).unwrap();
+    }
+    std::fs::write(&path, buf).unwrap();
+    std::fs::write(findings_path_for(&path), serde_json::to_string(&findings[1]).unwrap() + "\n").unwrap();
+    let args = PlotArgs { recording: path.clone(), out: dir.join("out"), conn: None, findings: None };
+    let files = run(&args).unwrap();
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(svg.contains("stop: lost_retransmission"), "the sibling findings were used");
+    std::fs::write(&path, "not a recording\n").unwrap();
+    let e = run(&args).unwrap_err();
+    assert!(format!("{e:#}").contains("not a tcpvigil recording header"), "{e:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -365,3 +365,30 @@ fn render_cost_per_frame_is_measured_on_a_full_window() {
     eprintln!("watch: {ms:.2} ms to build a 160x48 frame with a 10 s window ({:.0} frames/s possible)", 1e3 / ms);
     assert!(ms < 500.0, "{ms} ms per frame");
 }
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    watch: WatchOpts,
+}
+
+#[test]
+fn command_line_options_have_ranges_and_parse_the_filter() {
+    use clap::Parser;
+    let ok = Cli::try_parse_from(["t", "--conn", "10.0.0.2:5201", "--duration", "5", "--all"]).unwrap().watch;
+    assert_eq!(ok.conn, "10.0.0.2:5201".parse().unwrap());
+    assert_eq!((ok.duration, ok.all, ok.window, ok.fps), (Some(5), true, 30, 20));
+    for bad in [
+        vec!["t"],
+        vec!["t", "--conn", "nonsense:x"],
+        vec!["t", "--conn", ":1", "--duration", "0"],
+        vec!["t", "--conn", ":1", "--window", "121"],
+        vec!["t", "--conn", ":1", "--fps", "0"],
+        vec!["t", "--conn", ":1", "--replay-findings", "f"],
+        vec!["t", "--conn", ":1", "--replay", "r", "--replay-speed", "0"],
+    ] {
+        assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?} was accepted");
+    }
+    let r = Cli::try_parse_from(["t", "--conn", ":1", "--replay", "r.jsonl", "--replay-speed", "10"]).unwrap().watch;
+    assert_eq!((r.replay.unwrap().to_string_lossy().as_ref(), r.replay_speed), ("r.jsonl", 10.0));
+}
