@@ -12,17 +12,22 @@ use tcpvigil_lab::{Lab, RunOptions, Scenario, Truth};
 struct Daemon {
     child: Child,
     events: PathBuf,
+    dumps: PathBuf,
 }
 
 fn start_daemon(tag: &str) -> Daemon {
     let dir = std::env::temp_dir();
     let events = dir.join(format!("tvs-{tag}-{}.jsonl", std::process::id()));
     let ready = events.with_extension("ready");
+    // Flight-recorder dumps stay out of /var/lib (tests/flight_recorder.rs checks them).
+    let dumps = events.with_extension("dumps");
     let _ = std::fs::remove_file(&events);
     let _ = std::fs::remove_file(&ready);
     let child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
         .args(["run", "--listen", "127.0.0.1:0", "--events"])
         .arg(&events)
+        .arg("--dump-dir")
+        .arg(&dumps)
         .arg("--ready-file")
         .arg(&ready)
         .env("TCPVIGIL_LOG", "warn")
@@ -37,7 +42,7 @@ fn start_daemon(tag: &str) -> Daemon {
     }
     assert!(ready.exists(), "the daemon did not become ready");
     let _ = std::fs::remove_file(&ready);
-    Daemon { child, events }
+    Daemon { child, events, dumps }
 }
 
 fn stop_daemon(mut d: Daemon) -> Vec<Value> {
@@ -48,6 +53,7 @@ fn stop_daemon(mut d: Daemon) -> Vec<Value> {
     assert!(status.success(), "daemon exit: {status}");
     let text = std::fs::read_to_string(&d.events).unwrap_or_default();
     let _ = std::fs::remove_file(&d.events);
+    let _ = std::fs::remove_dir_all(&d.dumps);
     text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
