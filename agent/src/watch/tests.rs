@@ -392,3 +392,27 @@ fn command_line_options_have_ranges_and_parse_the_filter() {
     let r = Cli::try_parse_from(["t", "--conn", ":1", "--replay", "r.jsonl", "--replay-speed", "10"]).unwrap().watch;
     assert_eq!((r.replay.unwrap().to_string_lossy().as_ref(), r.replay_speed), ("r.jsonl", 10.0));
 }
+
+/// The live view's clock runs ahead of the events it has read (the reader polls every 20 ms and
+/// stalls while it takes snapshots): bytes must still land in the bins of their own time.
+#[test]
+fn goodput_bins_keep_their_bytes_when_the_clock_runs_ahead_of_the_events() {
+    let inputs = outage_inputs();
+    let max_bps = |lag_ns: u64| {
+        let mut st = WatchState::new(":5201".parse().unwrap(), false, 30);
+        for i in &inputs {
+            st.apply(i);
+            if let WatchInput::Event(e) = i {
+                st.tick(e.ts_ns + lag_ns);
+            }
+        }
+        let c = &st.conns[0];
+        (c.goodput.iter().map(|b| b.bps()).fold(0.0, f64::max), c.total_bytes)
+    };
+    let (on_time, bytes) = max_bps(0);
+    for lag_ms in [30, 150] {
+        let (late, late_bytes) = max_bps(lag_ms * MS);
+        assert_eq!(late_bytes, bytes);
+        assert!(late <= on_time * 1.01, "lag {lag_ms} ms: a bin of {late:.0} bit/s, on time at most {on_time:.0}");
+    }
+}
