@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod daemon;
+
 /// Root tests skip loudly on a laptop; under CI=true a skip is a failure.
 pub fn require_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
