@@ -72,6 +72,7 @@ pub struct Config {
     pub export: crate::export::ExportConfig,
     pub detect: crate::detect::DetectConfig,
     pub bpf: BpfConfig,
+    pub recorder: crate::export::recorder::RecorderConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +107,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.bpf.validate()?;
         self.detect.validate()?;
+        self.recorder.validate().map_err(|e| e.to_string())?;
         self.export.validate().map_err(|e| e.to_string())
     }
 }
@@ -138,5 +140,9 @@ mod tests {
         assert!(e.contains("ringbuf_mib"), "{e}");
         let e = Config::parse("[nope]\n", "t").unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");
+        let e = Config::parse("[recorder]\nmax_dumps = 0\n", "t").unwrap_err().to_string();
+        assert!(e.contains("recorder.max_dumps"), "{e}");
+        let e = Config::parse("[recorder]\nmax_dump = 5\n", "t").unwrap_err().to_string();
+        assert!(e.contains("max_dump"), "{e}");
     }
 }

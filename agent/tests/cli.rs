@@ -68,3 +68,16 @@ fn run_check_config_rejects_an_unknown_key_with_exit_2() {
     assert!(err.contains("floor_mss"), "{err}");
     let _ = std::fs::remove_file(bad);
 }
+
+#[test]
+fn run_refuses_a_dump_dir_it_cannot_create_with_exit_2_before_loading() {
+    let (code, err) = tcpvigil(&["run", "--listen", "127.0.0.1:0", "--dump-dir", "/proc/tcpvigil-no/dumps"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/proc/tcpvigil-no/dumps") && err.contains("recorder.dir"), "{err}");
+    let bad = std::env::temp_dir().join(format!("tv-bad-rec-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[recorder]\nmax_disk_mib = 0\n").unwrap();
+    let (code, err) = tcpvigil(&["run", "--check-config", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("recorder.max_disk_mib"), "{err}");
+    let _ = std::fs::remove_file(bad);
+}

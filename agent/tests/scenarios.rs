@@ -1,61 +1,22 @@
 //! Every lab scenario against the live daemon: the expected diagnosis, found in time, and nothing else.
 mod support;
 
+use support::daemon::Daemon;
 use support::judge::{self, Row};
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::require_root;
 use tcpvigil_lab::{Lab, RunOptions, Scenario, Truth};
 
-struct Daemon {
-    child: Child,
-    events: PathBuf,
-}
-
-fn start_daemon(tag: &str) -> Daemon {
-    let dir = std::env::temp_dir();
-    let events = dir.join(format!("tvs-{tag}-{}.jsonl", std::process::id()));
-    let ready = events.with_extension("ready");
-    let _ = std::fs::remove_file(&events);
-    let _ = std::fs::remove_file(&ready);
-    let config = events.with_extension("toml");
-    std::fs::write(&config, judge::LAB_CONFIG).expect("write the daemon config");
-    let child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args(["--listen", "127.0.0.1:0", "--events"])
-        .arg(&events)
-        .arg("--ready-file")
-        .arg(&ready)
-        .env("TCPVIGIL_LOG", "warn")
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start tcpvigil run");
-    for _ in 0..300 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "the daemon did not become ready");
-    let _ = std::fs::remove_file(&ready);
-    Daemon { child, events }
-}
-
-fn stop_daemon(mut d: Daemon) -> Vec<Value> {
-    // Let the last ticks and snapshots through before stopping.
+fn stop_daemon(d: Daemon) -> Vec<Value> {
+    // Let the last ticks and snapshots through before stopping; the dumps are not looked at here.
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.child.id() as i32), nix::sys::signal::Signal::SIGINT);
-    let status = d.child.wait().expect("wait for the daemon");
-    assert!(status.success(), "daemon exit: {status}");
-    let text = std::fs::read_to_string(&d.events).unwrap_or_default();
-    let _ = std::fs::remove_file(&d.events);
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    let dumps = d.dumps.clone();
+    let all = d.stop();
+    let _ = std::fs::remove_dir_all(dumps);
+    all
 }
 
 fn run(name: &str) -> Option<(Truth, Vec<Value>)> {
@@ -66,7 +27,7 @@ fn run(name: &str) -> Option<(Truth, Vec<Value>)> {
     let out = std::env::temp_dir().join(format!("tvs-runs-{}", std::process::id()));
     let opts = RunOptions { out_dir: out, progress: false, ..Default::default() };
     let (truth, all) = sc
-        .run_with(&opts, |_lab: &Lab| Ok(start_daemon(name)), |d, _lab, _truth| Ok(stop_daemon(d)))
+        .run_with(&opts, |_lab: &Lab| Ok(Daemon::start(name, judge::LAB_CONFIG)), |d, _lab, _truth| Ok(stop_daemon(d)))
         .expect("scenario ran");
     let f = judge::sender_findings(&all, &truth);
     eprintln!("== {name}: {} findings about the senders ({} reports in all)", f.len(), all.len());

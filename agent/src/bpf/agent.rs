@@ -15,6 +15,7 @@ use super::abi::tv_stat;
 use super::decode::decode;
 use super::load::{load, prog_ref, set_selection, Settings};
 use super::netns;
+use super::tuples::Tuples;
 use super::variants::Variants;
 use crate::model::filter::Rule;
 use crate::model::Event;
@@ -144,7 +145,10 @@ fn owner(
     let mut loaded = load(&mut storage, &variants, &settings)?;
     let own_ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening own network namespace")?;
 
-    let push = |ev: Event, c: &Counters| {
+    // Events after an abort or close lost their local port in the kernel; give it back.
+    let tuples = std::cell::RefCell::new(Tuples::new(1 << 16));
+    let push = |mut ev: Event, c: &Counters| {
+        tuples.borrow_mut().fix(&mut ev);
         c.events.fetch_add(1, Ordering::Relaxed);
         if tx.try_send(Msg::Event(ev)).is_err() {
             c.channel_dropped.fetch_add(1, Ordering::Relaxed);

@@ -12,9 +12,12 @@ use tcpvigil::bpf::variants::Prog;
 use tcpvigil::config::Config;
 use tcpvigil::detect::Detectors;
 use tcpvigil::export::events::monotonic_to_wall_offset_ns;
-use tcpvigil::export::health::{KernelCounters, ProgStats};
+use tcpvigil::export::health::{KernelCounters, ProgStats, RecorderHealth};
+use tcpvigil::export::recorder::sink::{DumpCounts, DumpSink};
+use tcpvigil::export::recorder::Recorder;
 use tcpvigil::export::{EventsTarget, EventsWriter, Health, HttpServer, Metrics, WebConfig};
 use tcpvigil::model::{ConnTable, Finding};
+use tcpvigil::recording::{Header, FORMAT_VERSION};
 
 use super::common::*;
 use super::notify::notify;
@@ -37,6 +40,10 @@ pub struct Args {
     /// holds the address /metrics is served on (useful with `--listen 127.0.0.1:0`).
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Write flight-recorder dumps into this directory (overrides recorder.dir and turns the
+    /// recorder on).
+    #[arg(long, value_name = "DIR")]
+    dump_dir: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -50,6 +57,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(e) = &a.events {
         cfg.export.events = Some(e.clone());
     }
+    if let Some(d) = &a.dump_dir {
+        cfg.recorder.dir = d.clone();
+        cfg.recorder.enabled = true;
+        if let Err(e) = cfg.recorder.validate() {
+            return Ok(usage(format!("--dump-dir: {e}")));
+        }
+    }
     let web = match cfg.export.web_config.as_deref().map(WebConfig::load).transpose() {
         Ok(w) => w,
         Err(e) => return Ok(usage(e)),
@@ -58,6 +72,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("configuration OK");
         return Ok(ExitCode::SUCCESS);
     }
+    if cfg.recorder.enabled {
+        if let Err(e) = DumpSink::prepare_dir(&cfg.recorder.dir) {
+            return Ok(usage(format!("{e} (recorder.dir; or set recorder.enabled = false)")));
+        }
+    }
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),
@@ -65,12 +84,50 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for c in &variants.choices {
         tracing::info!(need = c.need, variant = %c.variant, preferred = c.preferred, "hook");
     }
+    let header = Header {
+        tcpvigil_recording: FORMAT_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: kernel_release(),
+        hostname: hostname(),
+        mono_to_unix_ns: mono_to_unix_ns(),
+        variants: variants.pairs(),
+        filters: Vec::new(),
+    };
+    let flight = if cfg.recorder.enabled {
+        let rec = Recorder::new(cfg.recorder.clone())?;
+        let sink = DumpSink::start(&cfg.recorder, header)?;
+        tracing::info!(dir = %sink.dir().display(), "flight recorder on");
+        Some(Flight { rec, sink })
+    } else {
+        None
+    };
     let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file))
+    rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file, flight))
 }
 
-fn health(agent: &Agent, events_errors: u64) -> Health {
+/// The flight recorder: histories in the daemon's task, dumps written by the sink's thread.
+struct Flight {
+    rec: Recorder,
+    sink: DumpSink,
+}
+
+impl Flight {
+    fn health(&self) -> RecorderHealth {
+        let s = self.rec.stats();
+        let c: DumpCounts = self.sink.counts();
+        RecorderHealth {
+            dumps_written: c.written,
+            dumps_failed: c.failed,
+            dumps_dropped: c.dropped,
+            no_history: s.no_history,
+            memory_bytes: s.bytes as u64,
+            conns: s.conns as u64,
+        }
+    }
+}
+
+fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health {
     let c: &Counters = &agent.counters;
     let k = c.kernel.lock().map(|k| k.clone()).unwrap_or_default();
     let at = |i: usize| k.get(i).copied().unwrap_or(0);
@@ -103,7 +160,7 @@ fn health(agent: &Agent, events_errors: u64) -> Health {
         channel_dropped: c.channel_dropped.load(Ordering::Relaxed),
         decode_errors: c.decode_errors.load(Ordering::Relaxed),
         events_write_errors: events_errors,
-        ..Default::default()
+        recorder,
     }
 }
 
@@ -113,6 +170,7 @@ async fn daemon(
     web: Option<WebConfig>,
     cfg_path: Option<PathBuf>,
     ready_file: Option<PathBuf>,
+    mut flight: Option<Flight>,
 ) -> Result<ExitCode> {
     let exact = agent.variants.uses(Prog::MarkLost);
     let mut table = ConnTable::new(exact);
@@ -156,14 +214,25 @@ async fn daemon(
                     table.apply(&ev);
                     metrics.on_event(&ev);
                     detectors.observe(&ev, &table, &mut found);
+                    if let Some(fl) = flight.as_mut() {
+                        fl.rec.on_event(&ev);
+                    }
                 }
                 // Time advances only as far as the kernel's records have been read.
-                Some(Msg::Drained(t)) => detectors.tick(t, &table, &mut found),
+                Some(Msg::Drained(t)) => {
+                    detectors.tick(t, &table, &mut found);
+                    if let Some(fl) = flight.as_mut() {
+                        for d in fl.rec.take_ready(t) {
+                            fl.sink.submit(d);
+                        }
+                    }
+                }
                 None => break,
             },
             _ = refresh.tick() => {
                 let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
-                metrics.refresh(&table, &health(&agent, errors));
+                let rec = flight.as_ref().map(Flight::health).unwrap_or_default();
+                metrics.refresh(&table, &health(&agent, errors, rec));
                 table.reap(mono_now_ns().saturating_sub(10_000_000_000));
             }
             _ = hup.recv() => {
@@ -188,6 +257,9 @@ async fn daemon(
             if let Some(e) = events.as_mut() {
                 e.write(&f, owner.as_ref());
             }
+            if let Some(job) = flight.as_mut().and_then(|fl| fl.rec.on_finding(&f)) {
+                tracing::info!(job = job.id, conns = job.cookies.len(), "flight recorder: dump opened");
+            }
         }
     }
     notify("STOPPING=1");
@@ -196,5 +268,21 @@ async fn daemon(
     let _ = stop_http.send(());
     let _ = server_task.await;
     agent.stop();
+    if let Some(mut fl) = flight {
+        // Open dumps are written now, with the history they have.
+        let last = fl.rec.flush();
+        let s = fl.rec.stats();
+        let c = tokio::task::spawn_blocking(move || fl.sink.finish(last, Duration::from_secs(10))).await?;
+        tracing::info!(
+            written = c.written,
+            failed = c.failed,
+            dropped = c.dropped,
+            no_history = s.no_history,
+            conns = s.conns,
+            memory_bytes = s.bytes,
+            largest_conn_bytes = s.largest_conn_bytes,
+            "flight recorder stopped"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

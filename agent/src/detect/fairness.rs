@@ -425,7 +425,8 @@ mod tests {
         // Nothing is kept for it, and nothing more is reported.
         assert!(d.groups.is_empty());
         d.tick(t + 2_000_000_000, &table, &mut out);
-        assert_eq!(out.len(), 2);    }
+        assert_eq!(out.len(), 2);
+    }
 
     #[test]
     fn equal_streams_are_not_flagged() {

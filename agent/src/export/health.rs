@@ -14,8 +14,8 @@ pub const MAX_VARIANTS: usize = 32;
 pub const MAX_PROGRAMS: usize = 64;
 pub const MAX_MAPS: usize = 32;
 /// Fixed health series: dropped (2), decode errors, bpf errors (4), kernel records (2),
-/// events write errors, build info.
-pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1;
+/// events write errors, build info, recorder dumps by outcome (4), recorder memory and connections.
+pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1 + DUMP_OUTCOMES.len() + 2;
 /// Health series at their bounds.
 pub const MAX_SERIES: usize = FIXED_SERIES + MAX_VARIANTS + 2 * MAX_PROGRAMS + 2 * MAX_MAPS;
 
@@ -57,6 +57,22 @@ pub struct MapUsage {
     pub max_entries: u64,
 }
 
+/// The flight recorder's state: cumulative dump outcomes and current memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecorderHealth {
+    pub dumps_written: u64,
+    /// Writing a dump or drawing its pictures failed.
+    pub dumps_failed: u64,
+    /// Dumps not written: the writer's queue was full.
+    pub dumps_dropped: u64,
+    /// Stops and unfair groups about connections that had no history (not bulk, or seen too late).
+    pub no_history: u64,
+    /// Bytes the histories hold now.
+    pub memory_bytes: u64,
+    /// Connections with a history now.
+    pub conns: u64,
+}
+
 /// Everything the daemon knows about its own health. Counters are cumulative totals; when one
 /// goes down (programs reloaded) the exported counter continues from where it was.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -72,6 +88,7 @@ pub struct Health {
     pub decode_errors: u64,
     /// Findings the events writer could not write (see `EventsWriter::errors`).
     pub events_write_errors: u64,
+    pub recorder: RecorderHealth,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,6 +123,13 @@ pub struct VersionLabels {
 }
 
 const BPF_ERRORS: [&str; 4] = ["storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail"];
+/// `outcome` values of `tcpvigil_recorder_dumps_total`.
+pub const DUMP_OUTCOMES: [&str; 4] = ["written", "failed", "dropped", "no_history"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
 
 /// The health families plus the last cumulative values seen, to turn totals into increments.
 #[derive(Debug, Default)]
@@ -115,6 +139,9 @@ pub struct HealthSeries {
     bpf_errors: Family<KindLabels, Counter>,
     kernel_records: Family<KindLabels, Counter>,
     events_write_errors: Counter,
+    recorder_dumps: Family<OutcomeLabels, Counter>,
+    recorder_memory: Gauge,
+    recorder_conns: Gauge,
     build_info: Family<VersionLabels, Gauge>,
     variants: Family<VariantLabels, Gauge>,
     prog_run_time: Family<ProgLabels, Counter<f64, AtomicU64>>,
@@ -146,6 +173,9 @@ impl HealthSeries {
         for kind in ["sample", "event"] {
             let _ = s.kernel_records.get_or_create(&KindLabels { kind });
         }
+        for outcome in DUMP_OUTCOMES {
+            let _ = s.recorder_dumps.get_or_create(&OutcomeLabels { outcome });
+        }
         s.build_info.get_or_create(&VersionLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
         s
     }
@@ -168,6 +198,18 @@ impl HealthSeries {
             "Findings the JSON events writer failed to write",
             self.events_write_errors.clone(),
         );
+        r.register(
+            "recorder_dumps",
+            "Flight-recorder dumps by outcome: written, failed (IO or drawing), dropped (writer busy), no_history (finding about a connection without history)",
+            self.recorder_dumps.clone(),
+        );
+        r.register_with_unit(
+            "recorder_memory",
+            "Memory the flight recorder's per-connection histories hold",
+            Unit::Bytes,
+            self.recorder_memory.clone(),
+        );
+        r.register("recorder_connections", "Connections with a flight-recorder history", self.recorder_conns.clone());
         r.register("build_info", "Agent version (always 1)", self.build_info.clone());
         r.register("hook_variant_info", "Hook variant in use for each need (always 1)", self.variants.clone());
         r.register_with_unit(
@@ -220,6 +262,15 @@ impl HealthSeries {
             let d = self.delta(kind, v);
             self.kernel_records.get_or_create(&KindLabels { kind }).inc_by(d);
         }
+        let r = h.recorder;
+        for (outcome, v) in
+            DUMP_OUTCOMES.into_iter().zip([r.dumps_written, r.dumps_failed, r.dumps_dropped, r.no_history])
+        {
+            let d = self.delta(&format!("dumps/{outcome}"), v);
+            self.recorder_dumps.get_or_create(&OutcomeLabels { outcome }).inc_by(d);
+        }
+        self.recorder_memory.set(r.memory_bytes.min(i64::MAX as u64) as i64);
+        self.recorder_conns.set(r.conns.min(i64::MAX as u64) as i64);
 
         let variants: HashSet<VariantLabels> = h
             .variants

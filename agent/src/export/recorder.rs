@@ -12,78 +12,26 @@ use std::io::{BufWriter, Write};
 use std::mem::size_of;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::model::record::StateChange;
 use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto};
 use crate::plot;
 use crate::recording::{self, Header};
 
 mod codec;
+mod config;
+pub mod sink;
 use codec::SampleLog;
 pub use codec::CHUNK_BYTES;
-
-/// `[recorder]` in the config file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RecorderConfig {
-    /// Where dumps go, one folder per dump.
-    pub dir: PathBuf,
-    /// History kept before a finding's start, seconds.
-    pub seconds_before: f64,
-    /// History recorded after a finding's latest report before the dump is written, seconds.
-    pub seconds_after: f64,
-    /// Memory cap of one connection's history, bytes (measured: ~40 bytes per per-ACK sample, see the tests).
-    pub max_bytes_per_conn: usize,
-    /// Connections with a history at once; the least recently active is dropped first.
-    pub max_conns: usize,
-}
-
-impl Default for RecorderConfig {
-    fn default() -> Self {
-        RecorderConfig {
-            dir: PathBuf::from("/var/lib/tcpvigil/dumps"),
-            seconds_before: 30.0,
-            seconds_after: 10.0,
-            max_bytes_per_conn: 8 << 20,
-            max_conns: 64,
-        }
-    }
-}
+pub use config::RecorderConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
-    #[error("recorder: {0}")]
+    #[error("{0}")]
     Config(String),
     #[error("recorder: writing the dump in {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("recorder: drawing the dump's pictures: {0:#}")]
     Plot(anyhow::Error),
-}
-
-impl RecorderConfig {
-    /// Reject settings that cannot work, with the key that is wrong.
-    pub fn validate(&self) -> Result<(), RecorderError> {
-        let secs = |k: &str, v: f64| {
-            if v.is_finite() && (0.0..=3600.0).contains(&v) {
-                Ok(())
-            } else {
-                Err(RecorderError::Config(format!("{k} = {v}: must be 0 to 3600 seconds")))
-            }
-        };
-        secs("seconds_before", self.seconds_before)?;
-        secs("seconds_after", self.seconds_after)?;
-        if self.max_bytes_per_conn < 64 << 10 {
-            return Err(RecorderError::Config(format!(
-                "max_bytes_per_conn = {}: at least 65536 (about 400 samples)",
-                self.max_bytes_per_conn
-            )));
-        }
-        if self.max_conns == 0 {
-            return Err(RecorderError::Config("max_conns = 0: at least 1".into()));
-        }
-        Ok(())
-    }
 }
 
 /// How long a dump waits for an ongoing finding to end before it is written anyway, seconds.
@@ -420,6 +368,12 @@ impl Recorder {
         ready
     }
 
+    /// Every open job, due or not (the daemon is stopping), so that nothing recorded is left unwritten.
+    pub fn flush(&mut self) -> Vec<ReadyDump> {
+        let jobs = std::mem::take(&mut self.jobs);
+        jobs.into_iter().map(|j| self.collect(j)).collect()
+    }
+
     fn collect(&self, job: DumpJob) -> ReadyDump {
         let mut events = Vec::new();
         let mut starts_ns = u64::MAX;
@@ -489,15 +443,23 @@ pub fn dump_name(job: &DumpJob, mono_to_unix_ns: i64) -> String {
 /// Write `dir/NAME/recording.jsonl` (the recording format, so `analyze` and `plot` read it),
 /// `recording.findings.jsonl` and the pictures. `header` is the daemon's recording header; its
 /// filters are replaced by the dumped cookies. Blocking IO.
+/// A failed dump leaves nothing behind (its temporary folder is removed).
 pub fn write_dump(dump: &ReadyDump, dir: &Path, header: &Header) -> Result<DumpFiles, RecorderError> {
     let name = dump_name(&dump.job, header.mono_to_unix_ns);
     let tmp = dir.join(format!(".{name}.tmp"));
-    let fin = dir.join(&name);
+    let r = write_dump_via(dump, header, &tmp, &dir.join(&name));
+    if r.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    r
+}
+
+fn write_dump_via(dump: &ReadyDump, header: &Header, tmp: &Path, fin: &Path) -> Result<DumpFiles, RecorderError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RecorderError::Io { path, source }
     };
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    std::fs::create_dir_all(tmp).map_err(io(tmp))?;
     let rec_path = tmp.join("recording.jsonl");
     let mut h = header.clone();
     h.filters = dump.job.cookies.iter().map(|k| k.to_string()).collect();
@@ -513,13 +475,13 @@ pub fn write_dump(dump: &ReadyDump, dir: &Path, header: &Header) -> Result<DumpF
     line.push(b'\n');
     std::fs::write(&f_path, line).map_err(io(&f_path))?;
     let rec = recording::Recording { header: h, events: dump.events.clone(), truncated_tail: false };
-    plot::plot_recording(&rec, None, std::slice::from_ref(&dump.job.finding), &tmp).map_err(RecorderError::Plot)?;
+    plot::plot_recording(&rec, None, std::slice::from_ref(&dump.job.finding), tmp).map_err(RecorderError::Plot)?;
     if fin.exists() {
-        std::fs::remove_dir_all(&fin).map_err(io(&fin))?;
+        std::fs::remove_dir_all(fin).map_err(io(fin))?;
     }
-    std::fs::rename(&tmp, &fin).map_err(io(&fin))?;
-    let mut pictures: Vec<PathBuf> = std::fs::read_dir(&fin)
-        .map_err(io(&fin))?
+    std::fs::rename(tmp, fin).map_err(io(fin))?;
+    let mut pictures: Vec<PathBuf> = std::fs::read_dir(fin)
+        .map_err(io(fin))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "png" || x == "svg"))
         .collect();
@@ -528,7 +490,7 @@ pub fn write_dump(dump: &ReadyDump, dir: &Path, header: &Header) -> Result<DumpF
         recording: fin.join("recording.jsonl"),
         findings: fin.join("recording.findings.jsonl"),
         pictures,
-        dir: fin,
+        dir: fin.to_path_buf(),
     })
 }
 

@@ -5,6 +5,7 @@
 //! blocks. Per group of parallel streams (same local address to the same remote end, or an
 //! `unfair` finding's group): per-stream goodput and delivered bytes.
 pub mod figure;
+pub mod screen;
 pub mod series;
 pub mod svg;
 pub mod synth;

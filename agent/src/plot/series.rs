@@ -94,6 +94,27 @@ impl Seq {
     }
 }
 
+/// Add `bytes` delivered over `[a, b]` (ns since the first bin's start) to the bins of width
+/// `bin_ns` in proportion to how much of the interval each covers (all to one bin if `a == b`).
+fn spread(bins: &mut Vec<u64>, bin_ns: u64, a: u64, b: u64, bytes: u64) {
+    let (i0, i1) = ((a / bin_ns) as usize, (b / bin_ns) as usize);
+    if bins.len() <= i1 {
+        bins.resize(i1 + 1, 0);
+    }
+    let len = b - a;
+    let mut left = bytes;
+    for (i, bin) in bins.iter_mut().enumerate().take(i1 + 1).skip(i0) {
+        let share = if i == i1 {
+            left
+        } else {
+            let (lo, hi) = ((i as u64 * bin_ns).max(a), ((i as u64 + 1) * bin_ns).min(b));
+            (bytes as u128 * (hi - lo) as u128 / len as u128) as u64
+        };
+        *bin += share;
+        left -= share;
+    }
+}
+
 impl ConnSeries {
     /// Build from the connection's events (in time order) and the findings about it.
     pub fn build(events: &[&Event], findings: &[&Finding], t0_ns: u64, bin_override_s: Option<f64>) -> Option<Self> {
@@ -159,12 +180,14 @@ impl ConnSeries {
         s.bin_s = bin_s;
         let first_ns = first.ts_ns;
         let add = |bins: &mut Vec<u64>, at_ns: u64, bytes: u64| {
-            let i = (at_ns.saturating_sub(first_ns) / bin_ns) as usize;
-            if bins.len() <= i {
-                bins.resize(i + 1, 0);
-            }
-            bins[i] += bytes;
+            let at = at_ns.saturating_sub(first_ns);
+            spread(bins, bin_ns, at, at, bytes);
         };
+        // Bytes acknowledged between two periodic samples (the daemon's one per 50 ms) are shared
+        // by the bins that interval covers: counted at the sample alone, bins about as wide as
+        // the interval alternate between none and two samples. Not across a silence (a stop).
+        let spread_ns = (2.5 * gap * 1e9) as u64;
+        let mut prev_ns: Option<u64> = None;
         let mut sampled = false;
         for e in events {
             let now = t(e.ts_ns);
@@ -182,7 +205,13 @@ impl ConnSeries {
                         acked = Some(acked.unwrap_or(0).max(x.bytes_acked));
                     }
                     s.bytes += bytes;
-                    add(&mut bins, e.ts_ns, bytes);
+                    match prev_ns {
+                        Some(p) if e.ts_ns > p && e.ts_ns - p <= spread_ns => {
+                            spread(&mut bins, bin_ns, p.saturating_sub(first_ns), e.ts_ns - first_ns, bytes)
+                        }
+                        _ => add(&mut bins, e.ts_ns, bytes),
+                    }
+                    prev_ns = Some(e.ts_ns);
                     s.max_rate_bps = s.max_rate_bps.max(x.delivery_rate_bps() * 8.0);
                     s.seq.push((now, una, seq.rel(x.snd_nxt)));
                     for &(a, b) in &x.sack {

@@ -137,3 +137,87 @@ fn demo_pictures_and_recordings() {
         eprintln!("{name}: {} pictures in {}, recording {}", files.len(), all.display(), path.display());
     }
 }
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    plot: PlotArgs,
+}
+
+#[test]
+fn plot_command_line_takes_a_recording_out_dir_and_filter() {
+    use clap::Parser;
+    let a = Cli::try_parse_from(["t", "rec.jsonl", "--out", "pics", "--conn", ":5201"]).unwrap().plot;
+    assert_eq!(a.recording, Path::new("rec.jsonl"));
+    assert_eq!(a.out, Path::new("pics"));
+    assert_eq!(a.conn, Some(":5201".parse().unwrap()));
+    assert_eq!(Cli::try_parse_from(["t", "r"]).unwrap().plot.out, Path::new("."));
+    assert!(Cli::try_parse_from(["t", "r", "--conn", ":0"]).is_err());
+}
+
+#[test]
+fn run_reads_the_recording_and_its_findings_sibling() {
+    let dir = tmp("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rec, findings) = synth::outage();
+    let path = dir.join("x.jsonl");
+    let mut buf = Vec::new();
+    crate::recording::write_header(&mut buf, &rec.header).unwrap();
+    for e in &rec.events {
+        crate::recording::write_event(&mut buf, e).unwrap();
+    }
+    std::fs::write(&path, buf).unwrap();
+    std::fs::write(findings_path_for(&path), serde_json::to_string(&findings[1]).unwrap() + "\n").unwrap();
+    let args = PlotArgs { recording: path.clone(), out: dir.join("out"), conn: None, findings: None };
+    let files = run(&args).unwrap();
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(svg.contains("stop: lost_retransmission"), "the sibling findings were used");
+    std::fs::write(&path, "not a recording\n").unwrap();
+    let e = run(&args).unwrap_err();
+    assert!(format!("{e:#}").contains("not a tcpvigil recording header"), "{e:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The daemon samples a bulk connection once per 50 ms: goodput bins about that wide must not
+/// alternate between empty and doubled (the aliasing the first live dumps showed).
+#[test]
+fn periodic_samples_give_even_goodput_bins_and_a_stop_stays_empty() {
+    let (rec, _) = synth::outage();
+    let proto = rec.events.iter().find(|e| matches!(e.body, crate::model::Body::Sample(_))).unwrap().clone();
+    let crate::model::Body::Sample(base) = &proto.body else { unreachable!() };
+    let rate = 25_000_000u64; // bytes/s: 200 Mbit/s
+    let mut events = Vec::new();
+    let mut t_ns = 0u64;
+    for i in 0..100u64 {
+        // 50 ms ± 3 ms; silent from 2.0 s to 3.0 s (a stop: nothing delivered).
+        t_ns += if i % 2 == 0 { 53 } else { 47 } * 1_000_000;
+        let at = if t_ns < 2_000_000_000 {
+            t_ns
+        } else if t_ns < 3_000_000_000 {
+            continue;
+        } else {
+            t_ns - 1_000_000_000
+        };
+        let mut s = base.clone();
+        s.srtt_us = 52_000;
+        s.bytes_acked = 1 + rate * at / 1_000_000_000;
+        s.snd_una = s.bytes_acked as u32;
+        events.push(crate::model::Event {
+            ts_ns: synth::T0 + t_ns,
+            conn: proto.conn,
+            body: crate::model::Body::Sample(s),
+        });
+    }
+    let evs: Vec<&crate::model::Event> = events.iter().collect();
+    let s = ConnSeries::build(&evs, &[], synth::T0, None).unwrap();
+    assert!((0.05..0.06).contains(&s.bin_s), "{}", s.bin_s);
+    let inner = &s.goodput[1..s.goodput.len() - 1];
+    for &(t, mbps) in inner {
+        let silent = t > 2.06 && t + s.bin_s < 3.0;
+        if silent {
+            assert!(mbps < 1.0, "{mbps} Mbit/s at {t:.2} s inside the silence");
+        } else if !(1.9..3.1).contains(&t) {
+            assert!((mbps - 200.0).abs() < 30.0, "{mbps:.0} Mbit/s at {t:.2} s, 200 expected");
+        }
+    }
+}

@@ -174,7 +174,8 @@ impl ConnView {
     /// Close every goodput bin that ended before `now`.
     pub(super) fn advance_bins(&mut self, now: u64) {
         if self.bin_width_ns == 0 {
-            self.bin_start_ns = now;
+            // The first bin starts with the connection's first event, even when a tick comes first.
+            self.bin_start_ns = self.bin_start_ns.min(now);
             self.bin_width_ns = clamp_bin(self.live.srtt_us);
             return;
         }
@@ -200,11 +201,20 @@ impl ConnView {
         }
     }
 
+    /// Count `bytes` acknowledged at `ts` in the bin of that time: an event that arrives after
+    /// its bin was closed (the reader was busy) still lands where it belongs, not in a later bin.
     fn delivered(&mut self, ts: u64, bytes: u64) {
         if bytes == 0 {
             return;
         }
-        self.bin_bytes += bytes;
+        let closed = (ts < self.bin_start_ns)
+            .then(|| self.goodput.iter_mut().rev().take_while(|b| b.t_end_ns > ts).last())
+            .flatten()
+            .filter(|b| b.t_end_ns - b.width_ns as u64 <= ts);
+        match closed {
+            Some(b) => b.bytes = (b.bytes as u64 + bytes).min(u32::MAX as u64) as u32,
+            None => self.bin_bytes += bytes,
+        }
         self.total_bytes += bytes;
         self.last_delivery_ns = ts;
         if self.first_delivery_ns.is_none() {

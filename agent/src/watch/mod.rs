@@ -222,17 +222,6 @@ pub async fn run_json<W: Write>(
     })
 }
 
-/// CLOCK_MONOTONIC now, the clock of the kernel's event timestamps (0 if it cannot be read).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime only writes the timespec we own; CLOCK_MONOTONIC exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Frame timing, for the status line and the summary.
 #[derive(Debug)]
 struct Frames {
@@ -289,8 +278,6 @@ async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> an
     let mut frames = Frames::new();
     let mut input_open = true;
     let mut closing_since: Option<Instant> = None;
-    // Kernel timestamps are CLOCK_MONOTONIC, so a live view can tick itself; a replay cannot.
-    let live_clock = opts.replay.is_none();
     let ended = loop {
         let mut redraw = false;
         tokio::select! {
@@ -308,11 +295,10 @@ async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> an
                 }
                 redraw = true;
             }
+            // Time moves with the feed's ticks ("every record up to T was read"), never with
+            // the wall clock: a bin closed before its samples were read would show a dip and
+            // then a spike. Those ticks keep the charts moving while a connection is silent.
             _ = frame.tick() => {
-                if live_clock {
-                    // Keep the charts moving while a stopped connection sends nothing.
-                    st.tick(monotonic_ns());
-                }
                 redraw = st.paused_at.is_none() || closing_since.is_some();
             }
             i = events.recv(), if input_open => match i {

@@ -68,6 +68,9 @@ impl<T> Ring<T> {
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
         self.buf.iter()
     }
+    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut T> + ExactSizeIterator {
+        self.buf.iter_mut()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

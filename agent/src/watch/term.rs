@@ -1,5 +1,6 @@
 //! The terminal: raw mode and the alternate screen, always given back (Drop guard + panic hook).
 use std::io::{self, Stdout};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 use ratatui::backend::CrosstermBackend;
@@ -14,13 +15,18 @@ pub fn restore() {
     let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
 }
 
+/// Whether the view owns the terminal now (the panic hook touches it only then).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
 /// Restore the terminal before any panic message is printed (installed once per process).
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            restore();
+            if ACTIVE.swap(false, Ordering::SeqCst) {
+                restore();
+            }
             prev(info);
         }));
     });
@@ -35,7 +41,9 @@ impl TermGuard {
     pub fn new() -> io::Result<Self> {
         install_panic_hook();
         enable_raw_mode()?;
+        ACTIVE.store(true, Ordering::SeqCst);
         let guard_restore = |e| {
+            ACTIVE.store(false, Ordering::SeqCst);
             restore();
             e
         };
@@ -49,6 +57,7 @@ impl TermGuard {
 
 impl Drop for TermGuard {
     fn drop(&mut self) {
+        ACTIVE.store(false, Ordering::SeqCst);
         restore();
     }
 }

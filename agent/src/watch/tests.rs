@@ -365,3 +365,54 @@ fn render_cost_per_frame_is_measured_on_a_full_window() {
     eprintln!("watch: {ms:.2} ms to build a 160x48 frame with a 10 s window ({:.0} frames/s possible)", 1e3 / ms);
     assert!(ms < 500.0, "{ms} ms per frame");
 }
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    watch: WatchOpts,
+}
+
+#[test]
+fn command_line_options_have_ranges_and_parse_the_filter() {
+    use clap::Parser;
+    let ok = Cli::try_parse_from(["t", "--conn", "10.0.0.2:5201", "--duration", "5", "--all"]).unwrap().watch;
+    assert_eq!(ok.conn, "10.0.0.2:5201".parse().unwrap());
+    assert_eq!((ok.duration, ok.all, ok.window, ok.fps), (Some(5), true, 30, 20));
+    for bad in [
+        vec!["t"],
+        vec!["t", "--conn", "nonsense:x"],
+        vec!["t", "--conn", ":1", "--duration", "0"],
+        vec!["t", "--conn", ":1", "--window", "121"],
+        vec!["t", "--conn", ":1", "--fps", "0"],
+        vec!["t", "--conn", ":1", "--replay-findings", "f"],
+        vec!["t", "--conn", ":1", "--replay", "r", "--replay-speed", "0"],
+    ] {
+        assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?} was accepted");
+    }
+    let r = Cli::try_parse_from(["t", "--conn", ":1", "--replay", "r.jsonl", "--replay-speed", "10"]).unwrap().watch;
+    assert_eq!((r.replay.unwrap().to_string_lossy().as_ref(), r.replay_speed), ("r.jsonl", 10.0));
+}
+
+/// The live view's clock runs ahead of the events it has read (the reader polls every 20 ms and
+/// stalls while it takes snapshots): bytes must still land in the bins of their own time.
+#[test]
+fn goodput_bins_keep_their_bytes_when_the_clock_runs_ahead_of_the_events() {
+    let inputs = outage_inputs();
+    let max_bps = |lag_ns: u64| {
+        let mut st = WatchState::new(":5201".parse().unwrap(), false, 30);
+        for i in &inputs {
+            st.apply(i);
+            if let WatchInput::Event(e) = i {
+                st.tick(e.ts_ns + lag_ns);
+            }
+        }
+        let c = &st.conns[0];
+        (c.goodput.iter().map(|b| b.bps()).fold(0.0, f64::max), c.total_bytes)
+    };
+    let (on_time, bytes) = max_bps(0);
+    for lag_ms in [30, 150] {
+        let (late, late_bytes) = max_bps(lag_ms * MS);
+        assert_eq!(late_bytes, bytes);
+        assert!(late <= on_time * 1.01, "lag {lag_ms} ms: a bin of {late:.0} bit/s, on time at most {on_time:.0}");
+    }
+}

@@ -1,4 +1,4 @@
-//! `tcpvigil run` as a child of a test: its own config file, the address from its ready file, scrapes.
+//! `tcpvigil run` as a child of a test: its own config file, dump directory, the address from its ready file, scrapes.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +13,8 @@ pub struct Daemon {
     /// Where /metrics and /healthz are served (the daemon listens on 127.0.0.1:0).
     pub addr: SocketAddr,
     pub events: PathBuf,
+    /// The flight recorder's dump directory (`--dump-dir`), left in place for the test to read.
+    pub dumps: PathBuf,
     config: PathBuf,
 }
 
@@ -20,11 +22,16 @@ impl Daemon {
     /// Start the daemon with `config` (TOML) and wait until its probes are attached and it serves.
     pub fn start(tag: &str, config: &str) -> Daemon {
         let base = std::env::temp_dir().join(format!("tvd-{tag}-{}", std::process::id()));
-        let (events, ready, cfg) =
-            (base.with_extension("jsonl"), base.with_extension("ready"), base.with_extension("toml"));
+        let (events, ready, cfg, dumps) = (
+            base.with_extension("jsonl"),
+            base.with_extension("ready"),
+            base.with_extension("toml"),
+            base.with_extension("dumps"),
+        );
         for f in [&events, &ready] {
             let _ = std::fs::remove_file(f);
         }
+        let _ = std::fs::remove_dir_all(&dumps);
         std::fs::write(&cfg, config).expect("write the daemon's config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
             .args(["run", "--listen", "127.0.0.1:0", "--config"])
@@ -33,6 +40,8 @@ impl Daemon {
             .arg(&events)
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--dump-dir")
+            .arg(&dumps)
             .env("TCPVIGIL_LOG", "warn")
             .stderr(Stdio::inherit())
             .spawn()
@@ -52,7 +61,7 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         };
         let _ = std::fs::remove_file(&ready);
-        Daemon { child: Some(child), addr, events, config: cfg }
+        Daemon { child: Some(child), addr, events, dumps, config: cfg }
     }
 
     /// One scrape of /metrics (the OpenMetrics text).

@@ -119,8 +119,8 @@ impl Chunk {
         buf.push(src_code(s.src) | (s.selected as u8) << 2 | (s.dsack as u8) << 3 | (nsack as u8) << 4);
         buf.push(s.ca_state);
         let f = fields(s);
-        for i in 0..N {
-            put(buf, zz32(f[i].wrapping_sub(p.f[i])));
+        for (now, prev) in f.iter().zip(p.f) {
+            put(buf, zz32(now.wrapping_sub(prev)));
         }
         put(buf, zz64(s.bytes_acked.wrapping_sub(p.acked)));
         for &(a, b) in s.sack.iter().take(nsack) {
@@ -147,8 +147,8 @@ impl Chunk {
         let ca_state = *buf.get(*pos + 1)?;
         *pos += 2;
         let mut f = [0u32; N];
-        for i in 0..N {
-            f[i] = p.f[i].wrapping_add(unzz32(get(buf, pos)?));
+        for (v, prev) in f.iter_mut().zip(p.f) {
+            *v = prev.wrapping_add(unzz32(get(buf, pos)?));
         }
         let acked = p.acked.wrapping_add(unzz64(get(buf, pos)?));
         let mut sack = Vec::with_capacity((flags >> 4) as usize);

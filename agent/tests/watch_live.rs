@@ -1,0 +1,509 @@
+//! `tcpvigil watch` on a live lab transfer through the `outage` scenario: in a real terminal
+//! (tmux), and as JSON lines checked against a `tcpvigil record` of the same connection.
+//!
+//! Both runs move the outage to 5 s (12 s of traffic) so that the view is attached well before
+//! it: finding the data connection and attaching take 1-2 s. The connection is iperf3's data
+//! connection of sender 0, found with `ss -tnei` inside the lab's own sender namespace (other
+//! labs may run beside this one with the same addresses; the namespace and the socket cookie
+//! tell them apart).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use support::require_root;
+use tcpvigil::model::{Body, Event, Finding, FindingKind, Sample};
+use tcpvigil_lab::{Knobs, Lab, RunOptions, Scenario, Truth};
+
+/// The watched connection.
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    cookie: u64,
+    local: SocketAddr,
+    remote: SocketAddr,
+}
+
+impl Flow {
+    /// The `LADDR:LPORT-RADDR:RPORT` filter.
+    fn pair(&self) -> String {
+        format!("{}-{}", self.local, self.remote)
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Under CI=true a missing tool is a failure; elsewhere the test skips loudly.
+fn require_tool(test: &str, tool: &str) -> bool {
+    if Command::new(tool).arg("-V").output().is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    let msg = format!("SKIPPED {test}: `{tool}` is not installed (scripts/install-deps.sh installs it)");
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}; under CI=true a skip is a failure");
+    eprintln!("{msg}");
+    false
+}
+
+/// The established connection from `ns` to `dst` that has moved at least 1 MB (iperf3's data
+/// connection; its control connection moves a few bytes). `ss -e` prints the socket cookie as
+/// `sk:HEX`, the value the BPF programs read with bpf_get_socket_cookie().
+fn find_flow(ns: &str, dst: &str, within: Duration) -> Option<Flow> {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-tneiH", "state", "established", "dst", dst])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut head: Option<&str> = None;
+        for line in text.lines() {
+            if !line.starts_with(char::is_whitespace) {
+                head = Some(line);
+                continue;
+            }
+            let acked = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("bytes_acked:"))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            let Some(h) = head.take() else { continue };
+            let f: Vec<&str> = h.split_whitespace().collect();
+            let cookie = f.iter().find_map(|w| w.strip_prefix("sk:")).and_then(|v| u64::from_str_radix(v, 16).ok());
+            if let (true, Some(cookie), Some(Ok(local)), Some(Ok(remote))) =
+                (acked >= 1_000_000, cookie, f.get(2).map(|s| s.parse()), f.get(3).map(|s| s.parse()))
+            {
+                return Some(Flow { cookie, local, remote });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Runs `outage` (outage from 5 s, 12 s of traffic); `on_ready` gets the sender namespace and
+/// the receiver address as the traffic is about to start.
+fn outage_run<G, R>(on_ready: impl FnOnce(String, String) -> G, on_done: impl FnOnce(G, &Truth) -> R) -> (Truth, R) {
+    let mut sc = Scenario::by_name("outage").expect("scenario");
+    sc.apply_knobs(&Knobs { outage_at: Some(5.0), duration: Some(12), ..Knobs::default() }).expect("knobs");
+    let out = std::env::temp_dir().join(format!("tvw-runs-{}", std::process::id()));
+    let opts = RunOptions { out_dir: out, progress: false, ..Default::default() };
+    sc.run_with(
+        &opts,
+        |lab: &Lab| Ok(on_ready(lab.senders()[0].netns.clone(), lab.receivers()[0].addr.to_string())),
+        |g, _lab, truth| Ok(on_done(g, truth)),
+    )
+    .expect("scenario ran")
+}
+
+/// The outage as unix times (start, end), from the truth.
+fn outage_window(truth: &Truth) -> (u64, u64) {
+    let i = truth.injections.iter().find(|i| i.kind == "outage").expect("an outage injection");
+    (i.start.unix_ns, i.end.as_ref().expect("the outage ended").unix_ns)
+}
+
+// ---------------------------------------------------------------- the terminal view in tmux
+
+/// A tmux server of our own (its own socket), killed on drop.
+struct Tmux {
+    sock: String,
+}
+
+impl Tmux {
+    fn start(cmd: &str, cols: u16, rows: u16) -> Tmux {
+        let t = Tmux { sock: format!("tvw{}", std::process::id()) };
+        t.run(&["kill-server"]);
+        let (x, y) = (cols.to_string(), rows.to_string());
+        // remain-on-exit keeps the pane (and what watch printed last) after it exits.
+        let ok = t.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "w",
+            "-x",
+            &x,
+            "-y",
+            &y,
+            cmd,
+            ";",
+            "set-option",
+            "-w",
+            "remain-on-exit",
+            "on",
+        ]);
+        assert!(ok.is_some(), "tmux new-session failed");
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("tmux").arg("-L").arg(&self.sock).args(args).stderr(Stdio::null()).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn capture(&self, ansi: bool) -> String {
+        let args: &[&str] =
+            if ansi { &["capture-pane", "-p", "-e", "-t", "w"] } else { &["capture-pane", "-p", "-t", "w"] };
+        self.run(args).unwrap_or_default()
+    }
+
+    fn exited(&self) -> bool {
+        self.run(&["display-message", "-p", "-t", "w", "#{pane_dead}"]).is_some_and(|s| s.trim() == "1")
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.run(&["kill-server"]);
+    }
+}
+
+/// One screen capture and when it was taken.
+struct Capture {
+    unix_ns: u64,
+    text: String,
+    ansi: String,
+    exited: bool,
+}
+
+impl Capture {
+    /// The view is up and its connection is still open.
+    fn live(&self) -> bool {
+        !self.exited && self.text.contains("tcpvigil watch") && !self.text.contains(" closed ")
+    }
+
+    /// The rows of the "now" panel (left column, up to the next panel).
+    fn now_panel(&self) -> String {
+        let mut out = String::new();
+        let mut inside = false;
+        for l in self.text.lines() {
+            let left: String = l.chars().take(56).collect();
+            if left.contains("┌ now") {
+                inside = true;
+            } else if inside && left.starts_with('└') {
+                break;
+            } else if inside {
+                out.push_str(&left);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// `delivered  40.0 MiB in 5.5 s` as bytes.
+    fn delivered_bytes(&self) -> Option<f64> {
+        let p = self.now_panel();
+        let l = p.lines().find(|l| l.contains("delivered"))?;
+        let w: Vec<&str> = l.trim_matches(|c| c == '│' || c == ' ').split_whitespace().collect();
+        let v: f64 = w.get(1)?.parse().ok()?;
+        let unit = match *w.get(2)? {
+            "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            _ => return None,
+        };
+        Some(v * unit)
+    }
+}
+
+/// `tcpvigil watch --conn LADDR:LPORT-RADDR:RPORT` in tmux (160x48) beside the outage: the
+/// screen shows the connection's 4-tuple and cookie, its numbers move, the stop appears with
+/// its cause while the outage lasts and never before it, and the view ends with a summary
+/// when the connection closes. Prints the frame rate the summary reports (the README quotes
+/// it). With TCPVIGIL_DOCS_IMG=DIR it also writes the mid-stop screen as DIR/watch-outage.png.
+#[test]
+fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
+    let name = "watch_in_tmux";
+    if !require_root(name) || !require_tool(name, "tmux") {
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_tcpvigil");
+    let (truth, (flow, caps)) = outage_run(
+        |ns, dst| {
+            std::thread::spawn(move || {
+                let flow = find_flow(&ns, &dst, Duration::from_secs(20)).expect("iperf3's data connection");
+                let tmux = Tmux::start(&format!("{exe} watch --conn {}", flow.pair()), 160, 48);
+                let mut caps = Vec::new();
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(45) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let exited = tmux.exited();
+                    caps.push(Capture {
+                        unix_ns: unix_ns(),
+                        text: tmux.capture(false),
+                        ansi: tmux.capture(true),
+                        exited,
+                    });
+                    if exited {
+                        break;
+                    }
+                }
+                (flow, caps)
+            })
+        },
+        |h, _| h.join().expect("the capture thread"),
+    );
+    let (t1, t2) = outage_window(&truth);
+    let live: Vec<&Capture> = caps.iter().filter(|c| c.live()).collect();
+    eprintln!("{} captures, {} of the live view; flow {flow:?}", caps.len(), live.len());
+    assert!(live.len() >= 10, "the view was live in only {} captures", live.len());
+
+    // The connection: its 4-tuple and cookie in the header.
+    let tuple = format!("{} → {}", flow.local, flow.remote);
+    assert!(live.iter().all(|c| c.text.contains(&tuple)), "no `{tuple}` in:\n{}", live[0].text);
+    assert!(live[0].text.contains(&format!("cookie {}", flow.cookie)), "{}", live[0].text);
+
+    // Moving numbers: the "now" panel changes, bytes delivered grow across the outage.
+    let panels: std::collections::HashSet<String> = live.iter().map(|c| c.now_panel()).collect();
+    assert!(panels.len() * 2 >= live.len(), "only {} distinct now panels in {} captures", panels.len(), live.len());
+    let before = live.iter().filter(|c| c.unix_ns < t1).filter_map(|c| c.delivered_bytes()).fold(f64::NAN, f64::min);
+    let after =
+        live.iter().filter(|c| c.unix_ns > t2 + 1_000_000_000).filter_map(|c| c.delivered_bytes()).fold(0.0, f64::max);
+    assert!(after > before + 10e6, "delivered {before} B before the outage, {after} B after it");
+
+    // The stop: never shown before the outage, shown with its cause while the outage lasts.
+    for c in live.iter().filter(|c| c.unix_ns < t1) {
+        assert!(!c.text.contains("STOP"), "a stop before the outage began:\n{}", c.text);
+    }
+    let during: Vec<&&Capture> = live.iter().filter(|c| c.unix_ns > t1 + 500_000_000 && c.unix_ns < t2).collect();
+    assert!(!during.is_empty(), "no capture during the outage");
+    let stopped = during.iter().find(|c| c.text.contains("STOPPED") && c.text.contains("path_silent"));
+    let Some(stopped) = stopped else { panic!("no stop with its cause during the outage:\n{}", during[0].text) };
+    assert!(stopped.text.contains("STOP path_silent"), "the event log lacks the stop:\n{}", stopped.text);
+
+    // The end: the connection closed, a summary with the one stop and the frame rate.
+    let last = caps.last().expect("captures");
+    assert!(last.exited, "watch did not exit after the connection closed:\n{}", last.text);
+    assert!(last.text.contains("closed)") && last.text.contains("1 stops (path_silent)"), "{}", last.text);
+    let frames = last.text.lines().find(|l| l.contains("frames/s")).expect("a frame-rate line");
+    eprintln!("watch summary: {frames}");
+    let fps: f64 =
+        frames.split(", ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap();
+    assert!(fps >= 5.0, "{frames}");
+
+    let shot = std::env::temp_dir().join(format!("tvw-screen-{}.ansi", std::process::id()));
+    std::fs::write(&shot, &stopped.ansi).unwrap();
+    eprintln!("mid-stop screen (ANSI) in {}", shot.display());
+    if let Ok(dir) = std::env::var("TCPVIGIL_DOCS_IMG") {
+        let svg = tcpvigil::plot::screen::svg(&stopped.ansi, 160, 48);
+        let png = PathBuf::from(dir).join("watch-outage.png");
+        std::fs::write(&png, tcpvigil::plot::svg::png(&svg).unwrap()).unwrap();
+        eprintln!("wrote {}", png.display());
+    }
+}
+
+// ---------------------------------------------------------------- --json against record
+
+fn spawn_with_ready(args: &[String], ready: &Path) -> Child {
+    let _ = std::fs::remove_file(ready);
+    let child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+        .args(args)
+        .arg("--ready-file")
+        .arg(ready)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpvigil");
+    let t = Instant::now();
+    while !ready.exists() && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "{args:?} did not become ready");
+    child
+}
+
+/// An event as JSON without its time, for field-by-field comparison.
+fn fields(e: &Event) -> serde_json::Map<String, Value> {
+    let mut v = serde_json::to_value(e).unwrap();
+    let m = v.as_object_mut().unwrap();
+    m.remove("ts_ns");
+    m.clone()
+}
+
+fn differing(a: &Event, b: &Event, allow: &[&str]) -> Vec<String> {
+    let (fa, fb) = (fields(a), fields(b));
+    fa.keys().filter(|k| !allow.contains(&k.as_str()) && fa.get(*k) != fb.get(*k)).cloned().collect()
+}
+
+/// What identifies the ACK a sample was taken at (read when the ACK was processed).
+fn ack_identity(s: &Sample) -> (u32, u32, u32, u64, Vec<(u32, u32)>) {
+    (s.ack_seq, s.snd_una, s.delivered, s.bytes_acked, s.sack.clone())
+}
+
+/// Pairs every event of `a` (in the window) with the nearest event of `b` of the same kind and
+/// ACK (samples) within 5 ms; returns (pairs, unpaired events of `a`).
+fn pair_up<'a>(a: &'a [Event], b: &'a [Event], win: (u64, u64)) -> (Vec<(&'a Event, &'a Event)>, Vec<&'a Event>) {
+    let kind = |e: &Event| std::mem::discriminant(&e.body);
+    let same = |x: &Event, y: &Event| match (&x.body, &y.body) {
+        (Body::Sample(s), Body::Sample(t)) => ack_identity(s) == ack_identity(t),
+        _ => kind(x) == kind(y) && differing(x, y, &["since_prev_ns"]).is_empty(),
+    };
+    let mut pairs = Vec::new();
+    let mut lone = Vec::new();
+    for x in a.iter().filter(|e| e.ts_ns >= win.0 && e.ts_ns <= win.1) {
+        let lo = b.partition_point(|y| y.ts_ns + 5_000_000 < x.ts_ns);
+        let best = b[lo..]
+            .iter()
+            .take_while(|y| y.ts_ns <= x.ts_ns + 5_000_000)
+            .filter(|y| same(x, y))
+            .min_by_key(|y| y.ts_ns.abs_diff(x.ts_ns));
+        match best {
+            Some(y) => pairs.push((x, y)),
+            None => lone.push(x),
+        }
+    }
+    (pairs, lone)
+}
+
+/// `watch --json --conn COOKIE` checked field by field against `record --conn COOKIE` run at the
+/// same time. Why record and not `ss -ti`: both attach their own copy of the BPF programs to the
+/// same hooks, so for every ACK both read the same socket at the same moment and must report
+/// identical values — an exact check of watch's filtering and JSON path, and of what it drops.
+/// `ss` samples the socket at other instants, so it could only be compared within tolerances
+/// (the scenario tests do that against the lab's ss samples). What legitimately differs:
+/// - snapshots (iter/tcp): each process takes them on its own schedule — not compared;
+/// - `flush` samples: with the tcp_probe fallback an ACK's sample waits for the next ACK, or for
+///   the process's own snapshot to flush it; a flushed sample reads the sender-side fields
+///   (snd_nxt, packets_out, cwnd after an RTO…) at flush time. Such pairs are matched by the ACK
+///   they describe (ack_seq, snd_una, delivered, bytes_acked, SACK blocks); pairs of two
+///   per-ACK (`probe`) samples must agree on every field;
+/// - a retransmission's `since_prev_ns`: each program reads the clock itself (µs apart);
+/// - the owner tag: each process's programs tag a connection when they first see it send.
+///
+/// Both directions are checked (nothing missing on either side, ≥ 99.5 % of the per-ACK
+/// samples; every loss and state event), and watch's stop equals what `analyze` finds in the
+/// recording.
+#[test]
+fn watch_json_matches_a_concurrent_recording_field_by_field() {
+    let name = "watch_json";
+    if !require_root(name) {
+        return;
+    }
+    let dir = std::env::temp_dir();
+    let tag = std::process::id();
+    let (rec_path, json_path) = (dir.join(format!("tvw-rec-{tag}.jsonl")), dir.join(format!("tvw-watch-{tag}.jsonl")));
+    let (rp, jp) = (rec_path.clone(), json_path.clone());
+    let (truth, flow) = outage_run(
+        move |ns, dst| {
+            std::thread::spawn(move || {
+                let flow = find_flow(&ns, &dst, Duration::from_secs(20)).expect("iperf3's data connection");
+                let ck = flow.cookie.to_string();
+                let rec_args: Vec<String> =
+                    ["record", "--out", rp.to_str().unwrap(), "--conn", &ck, "--duration", "60"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                let rec = spawn_with_ready(&rec_args, &rp.with_extension("ready"));
+                let out = std::fs::File::create(&jp).unwrap();
+                let mut watch = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+                    .args(["watch", "--json", "--conn", &ck])
+                    .stdout(out)
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("start watch --json");
+                // watch ends when the connection closes.
+                let t = Instant::now();
+                let status = loop {
+                    if let Some(s) = watch.try_wait().unwrap() {
+                        break Some(s);
+                    }
+                    if t.elapsed() > Duration::from_secs(45) {
+                        let _ = watch.kill();
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                std::thread::sleep(Duration::from_millis(500));
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(rec.id() as i32),
+                    nix::sys::signal::Signal::SIGINT,
+                );
+                let out = rec.wait_with_output().unwrap();
+                eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim());
+                assert!(out.status.success(), "record failed");
+                assert!(
+                    status.is_some_and(|s| s.success()),
+                    "watch --json did not end with the connection: {status:?}"
+                );
+                flow
+            })
+        },
+        |h, _| h.join().expect("the runner thread"),
+    );
+    let rec = tcpvigil::recording::read(std::io::BufReader::new(std::fs::File::open(&rec_path).unwrap())).unwrap();
+    let mut watched: Vec<Event> = Vec::new();
+    let mut found: Vec<Finding> = Vec::new();
+    for line in std::fs::read_to_string(&json_path).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if v.get("kind").is_some() {
+            found.push(serde_json::from_value(v).unwrap());
+        } else {
+            watched.push(serde_json::from_value(v).unwrap());
+        }
+    }
+    let _ = std::fs::remove_file(&rec_path);
+    let _ = std::fs::remove_file(&json_path);
+    let mut recorded: Vec<Event> = rec.events.into_iter().filter(|e| e.conn.cookie == flow.cookie).collect();
+    recorded.sort_by_key(|e| e.ts_ns);
+    assert!(watched.iter().all(|e| e.conn.cookie == flow.cookie), "watch printed another connection");
+    let (first, last) = (watched.first().expect("watch printed events").ts_ns, watched.last().unwrap().ts_ns);
+    let win = (first.max(recorded[0].ts_ns) + 50_000_000, last.min(recorded.last().unwrap().ts_ns) - 50_000_000);
+    eprintln!(
+        "compared over {:.1} s: {} events from watch, {} recorded",
+        (win.1 - win.0) as f64 / 1e9,
+        watched.len(),
+        recorded.len()
+    );
+    // Snapshots and the owner tag are each process's own (see above).
+    let comparable = |v: &[Event]| -> Vec<Event> {
+        let mut v: Vec<Event> =
+            v.iter().filter(|e| !matches!(e.body, Body::Snapshot(_) | Body::Owner(_))).cloned().collect();
+        v.sort_by_key(|e| e.ts_ns);
+        v
+    };
+    let (w, r) = (comparable(&watched), comparable(&recorded));
+    let probe = |e: &Event| matches!(&e.body, Body::Sample(s) if s.src == tcpvigil::model::record::SampleSrc::Probe);
+    for (label, a, b) in [("watch", &w, &r), ("record", &r, &w)] {
+        let (pairs, lone) = pair_up(a, b, win);
+        let samples = pairs.iter().filter(|(x, _)| probe(x)).count() + lone.iter().filter(|x| probe(x)).count();
+        let lone_samples = lone.iter().filter(|x| probe(x)).count();
+        let lone_other: Vec<&&Event> = lone.iter().filter(|x| !matches!(x.body, Body::Sample(_))).collect();
+        eprintln!(
+            "{label}: {} paired, {lone_samples} of {samples} per-ACK samples unpaired, {} other events unpaired",
+            pairs.len(),
+            lone_other.len()
+        );
+        assert!(samples > 2000, "{label}: only {samples} per-ACK samples");
+        assert!(
+            lone_samples * 200 <= samples,
+            "{label}: {lone_samples} of {samples} samples missing on the other side, e.g. {:?}",
+            lone.first()
+        );
+        assert!(lone_other.is_empty(), "{label}: events missing on the other side: {lone_other:#?}");
+        for (x, y) in &pairs {
+            if probe(x) && probe(y) {
+                let d = differing(x, y, &[]);
+                assert!(d.is_empty(), "{label}: fields {d:?} differ for the same ACK:\n{x:?}\n{y:?}");
+            }
+            if let (Body::Retrans(a), Body::Retrans(b)) = (&x.body, &y.body) {
+                assert!(a.since_prev_ns.abs_diff(b.since_prev_ns) < 1_000_000, "{label}: {a:?} vs {b:?}");
+            }
+        }
+    }
+
+    // The diagnosis: watch's stop is the one `analyze` finds in the recording.
+    let stops: Vec<&Finding> = found.iter().filter(|f| f.kind == FindingKind::Stop).collect();
+    let last_stop = stops.last().expect("watch reported the stop");
+    assert!(stops.iter().all(|f| f.start_ns == last_stop.start_ns), "one stop, reported as it went: {stops:#?}");
+    let offline = tcpvigil::detect::final_findings(&tcpvigil::detect::analyze(&recorded, &Default::default()));
+    assert_eq!(offline.len(), 1, "{offline:#?}");
+    assert_eq!((last_stop.cause.as_str(), last_stop.ongoing), (offline[0].cause.as_str(), false));
+    assert_eq!(offline[0].cause, "path_silent");
+    assert!(last_stop.start_ns.abs_diff(offline[0].start_ns) <= 20_000_000, "{last_stop:?}\n{:?}", offline[0]);
+    let (t1, _) = outage_window(&truth);
+    let start_unix = last_stop.start_ns as i64 + rec.header.mono_to_unix_ns;
+    assert!((start_unix - t1 as i64).abs() < 300_000_000, "stop start {start_unix} vs outage {t1}");
+}
