@@ -253,38 +253,27 @@ fn outage_stop_gets_one_dump_with_recording_finding_and_pictures() {
     let _ = std::fs::remove_dir_all(d.dir.parent().unwrap());
 }
 
-/// The fairness detector made sensitive, for this test only: parallel-4 runs four iperf3
-/// processes from four namespaces, so the default key (pid, remote_ip) never groups them; and
-/// on this kernel the streams' Jain index over 15 s varies 0.88-0.99 between runs (tests/lab
-/// README), so the default thresholds flag it in some runs only. Grouping by the receiver and
-/// flagging any lasting imbalance makes the group dump happen whenever the truth shows the
-/// streams differed, which is what this test is about (detection itself: tests/scenarios.rs).
-const SENSITIVE: &str =
-    "[detect.fairness]\nkey = [\"remote_ip\"]\njain_below = 0.995\nratio_below = 0.95\npersist_s = 2.0\n";
-
-/// `parallel-4`: when the truth's per-stream goodput differs (Jain < 0.995) there is an unfair
-/// finding, and each unfair finding (and any stop) has one dump holding all four senders'
-/// streams with a group picture and one picture per stream. With TCPVIGIL_DOCS_IMG=DIR the
+/// `parallel-4-lossy` (one sender's link drops 0.2 %: the lab's reliably unfair parallel-4): the
+/// unfair group is reported, and each unfair finding (and any stop) has one dump holding all four
+/// senders' streams with a group picture and one picture per stream. With TCPVIGIL_DOCS_IMG=DIR the
 /// group picture is copied to DIR/dump-parallel-4.png.
 #[test]
 fn parallel_4_unfair_group_gets_one_dump_with_every_stream() {
-    if !require_root("flight recorder parallel-4") {
+    if !require_root("flight recorder parallel-4-lossy") {
         return;
     }
-    let (truth, all, dumps) = run("parallel-4", Some(SENSITIVE));
+    let (truth, all, dumps) = run("parallel-4-lossy", Some(support::judge::LAB_CONFIG));
     let mine = my_findings(&all, &truth);
     let jain = truth.summary.jain_index.expect("the truth has a Jain index");
     let unfair: Vec<&Value> = mine.iter().filter(|f| f["kind"] == "unfair").collect();
     eprintln!(
-        "parallel-4: Jain {jain:.3} per iperf3 ({:?} Mbit/s), {} unfair finding(s), {} stop(s), {} dump(s)",
+        "parallel-4-lossy: Jain {jain:.3} per iperf3 ({:?} Mbit/s), {} unfair finding(s), {} stop(s), {} dump(s)",
         truth.summary.stream_goodput_mbit,
         unfair.len(),
         mine.len() - unfair.len(),
         dumps.len()
     );
-    if jain < 0.995 {
-        assert!(!unfair.is_empty(), "streams differed (Jain {jain:.3}) but no unfair group was reported");
-    }
+    assert!(!unfair.is_empty(), "one stream far behind (Jain {jain:.3}) but no unfair group was reported");
     let pairs = pair_findings_and_dumps(&mine, &dumps, &truth);
     let senders = senders_netns(&truth);
     for (i, (f, d)) in pairs.into_iter().enumerate() {
