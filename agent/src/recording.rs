@@ -1,5 +1,7 @@
 //! Recording files: a JSON header line, then one model `Event` per line (written by `record`).
-use std::io::{BufRead, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,23 @@ pub struct Recording {
     pub header: Header,
     pub events: Vec<Event>,
     pub truncated_tail: bool,
+}
+
+/// Reads a recording from an open file, gzip-compressed (told by its magic bytes) or plain.
+pub fn read_file(mut f: File) -> Result<Recording, RecordingError> {
+    let mut magic = [0u8; 2];
+    let n = f.read(&mut magic)?;
+    f.seek(SeekFrom::Start(0))?;
+    if n == 2 && magic == [0x1f, 0x8b] {
+        read(BufReader::new(flate2::read::GzDecoder::new(f)))
+    } else {
+        read(BufReader::new(f))
+    }
+}
+
+/// Opens and reads the recording at `path` (see `read_file`).
+pub fn open(path: &Path) -> Result<Recording, RecordingError> {
+    read_file(File::open(path)?)
 }
 
 pub fn read(r: impl BufRead) -> Result<Recording, RecordingError> {

@@ -46,6 +46,21 @@ fn analyze_refuses_empty_foreign_and_missing_files_with_exit_2() {
 }
 
 #[test]
+fn analyze_reads_a_gzip_recording_and_refuses_a_truncated_one_with_exit_2() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/outage.jsonl.gz");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpvigil")).args(["analyze", fixture]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("path_silent"));
+    let bytes = std::fs::read(fixture).unwrap();
+    let cut = std::env::temp_dir().join(format!("tv-cut-{}.jsonl.gz", std::process::id()));
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, err) = tcpvigil(&["analyze", cut.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&cut);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("reading the recording"), "{err}");
+}
+
+#[test]
 fn run_check_config_rejects_an_unknown_key_with_exit_2() {
     let bad = std::env::temp_dir().join(format!("tv-bad-{}.toml", std::process::id()));
     std::fs::write(&bad, "[detect.stop]\nfloor_mss = 3\n").unwrap();

@@ -14,6 +14,8 @@ fn netns_inode(ns: &str) -> u32 {
 
 struct Counts {
     retrans_segs: i64,
+    /// Of those, attempts that failed in the host (sockops RETRANS_CB).
+    failed_segs: i64,
     lost_retrans: i64,
     rtos: i64,
 }
@@ -24,11 +26,14 @@ fn exact_lost(rec: &tcpvigil::recording::Recording) -> bool {
 
 fn counts(rec: &tcpvigil::recording::Recording, netns: u32) -> Counts {
     let exact = exact_lost(rec);
-    let mut c = Counts { retrans_segs: 0, lost_retrans: 0, rtos: 0 };
+    let mut c = Counts { retrans_segs: 0, failed_segs: 0, lost_retrans: 0, rtos: 0 };
     for e in rec.events.iter().filter(|e| e.conn.netns == netns) {
         match &e.body {
             Body::Retrans(r) => {
                 c.retrans_segs += r.segs as i64;
+                if r.failed {
+                    c.failed_segs += r.segs as i64;
+                }
                 if r.lost_retrans && !exact {
                     c.lost_retrans += r.segs as i64;
                 }
@@ -71,26 +76,23 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
     assert!(j["end"]["sum_sent"]["bytes"].as_f64().unwrap_or(0.0) > 1e6, "the transfer moved data");
     for (name, ns, b, a) in [("sender", sns, &b_snd, &a_snd), ("receiver", rns, &b_rcv, &a_rcv)] {
         let c = counts(&rec, ns);
-        // Retransmissions the device refused (TcpExtTCPRetransFail) are in the MIB but never
-        // left the host; the tracepoint reports the ones that were sent.
+        // The tracepoint reports the retransmissions sent, sockops RETRANS_CB the attempts that failed
+        // in this host: together what TcpRetransSegs counts. Equal on Debian 6.1/6.12 (VM matrix) and
+        // mostly here; on 6.18 the kernel's count is sometimes up to 2.4 % higher (measured with both
+        // cores busy; 0-0.5 % on an idle machine) with no ring-buffer
+        // loss, no failed attempt and no recursion miss reported: the tracepoint did not run for those
+        // (the agent's per-socket counter, checked below, agrees with its events).
         let fail = delta(b, a, "TcpExtTCPRetransFail");
-        let (mr, ml, mt) = (
-            delta(b, a, "TcpRetransSegs") - fail,
-            delta(b, a, "TcpExtTCPLostRetransmit"),
-            delta(b, a, "TcpExtTCPTimeouts"),
-        );
+        let (mr, ml, mt) =
+            (delta(b, a, "TcpRetransSegs"), delta(b, a, "TcpExtTCPLostRetransmit"), delta(b, a, "TcpExtTCPTimeouts"));
         eprintln!(
-            "{name}: retrans segs agent {} mib {mr} ({fail} refused locally); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
-            c.retrans_segs, c.lost_retrans, c.rtos
+            "{name}: retrans segs agent {} ({} failed locally) mib {mr} ({fail} TCPRetransFail); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
+            c.retrans_segs, c.failed_segs, c.lost_retrans, c.rtos
         );
-        // Equal on an idle machine (2063 of 2063). Under load the two part by up to 2 %: the MIB
-        // also counts attempts the tracepoint reports with an error that is not TCPRetransFail
-        // (-EBUSY: the skb is still queued in the host), and a retransmission after the MIB was
-        // read is still recorded. Measured with CI and qemu on both cores: 2287 vs 2310, 1 vs 0.
-        let tol = (mr / 50).max(2);
+        let tol = (mr * 3 / 100).max(2);
         assert!(
-            (c.retrans_segs - mr).abs() <= tol,
-            "{name}: retransmitted segments {} vs TcpRetransSegs - TCPRetransFail {mr} (±{tol})",
+            c.retrans_segs <= mr && mr - c.retrans_segs <= tol,
+            "{name}: retransmitted segments {} vs TcpRetransSegs {mr} (never above, at most {tol} below)",
             c.retrans_segs
         );
         assert_eq!(c.rtos, mt, "{name}: RTOs vs TcpExtTCPTimeouts");
@@ -104,6 +106,23 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
                 "{name}: lost retransmissions {} vs {ml}",
                 c.lost_retrans
             );
+        }
+    }
+    // Nothing lost between the kernel and the recording: each connection's per-socket counter (in
+    // its close snapshot) equals the retransmissions its events reported.
+    for e in rec.events.iter().filter(|e| e.conn.netns == sns) {
+        if let Body::Close(s) = &e.body {
+            let events: u64 = rec
+                .events
+                .iter()
+                .filter(|x| x.conn.cookie == e.conn.cookie)
+                .map(|x| if let Body::Retrans(r) = &x.body { r.segs as u64 } else { 0 })
+                .sum();
+            eprintln!(
+                "{}: per-socket {} events {events} kernel total_retrans {}",
+                e.conn.tuple, s.retrans_segs, s.total_retrans
+            );
+            assert_eq!(s.retrans_segs as u64, events, "{}: per-socket counter vs events", e.conn.tuple);
         }
     }
     let c = counts(&rec, sns);

@@ -19,7 +19,7 @@ static __always_inline void tv_fill_retrans(struct tv_retrans *e, struct tcp_soc
 	e->sacked_out = tp->sacked_out;
 	e->retrans_out = tp->retrans_out;
 	e->snd_una = tp->snd_una;
-	e->_pad[0] = e->_pad[1] = e->_pad[2] = 0;
+	e->_pad[0] = e->_pad[1] = 0;
 }
 
 static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *skb)
@@ -77,9 +77,39 @@ static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *
 	e->count = count;
 	e->since_prev_ns = since;
 	e->lost_retrans = lost;
+	e->failed = 0;
 	bpf_ringbuf_submit(e, 0);
 	tv_count(TV_ST_EVENTS);
 	return 0;
+}
+
+/* sockops RETRANS_CB runs where TcpRetransSegs counts, for every attempt that got that far; the
+ * tracepoint reports the ones sent, so this reports the others (err != 0: refused in this host),
+ * and the two together equal the kernel's counter. */
+static __always_inline void tv_on_retrans_failed(struct bpf_sock_ops *skops, struct bpf_sock *bsk,
+						 struct tcp_sock *tp)
+{
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		tv_count(TV_ST_STORAGE_FAIL);
+		return;
+	}
+	__u16 segs = skops->args[1] ? skops->args[1] : 1;
+	st->retrans_segs += segs;
+	struct tv_retrans *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&e->h, (struct sock *)tp, bpf_get_socket_cookie(skops), TV_K_RETRANS, sizeof(*e),
+		    bpf_ktime_get_ns());
+	tv_fill_retrans(e, tp, skops->args[0], skops->args[0], segs, 0);
+	e->count = 0;
+	e->since_prev_ns = 0;
+	e->lost_retrans = 0;
+	e->failed = 1;
+	bpf_ringbuf_submit(e, 0);
+	tv_count(TV_ST_EVENTS);
 }
 
 /* Up to 6.16 the tracepoint fires only after a successful retransmission. */
@@ -135,6 +165,7 @@ int BPF_PROG(tv_mark_lost, struct sock *sk, struct sk_buff *skb)
 	e->count = v ? v->count : 0;
 	e->since_prev_ns = v ? now - v->last_ns : 0; /* how long the lost retransmission was out */
 	e->lost_retrans = 1;
+	e->failed = 0;
 	bpf_ringbuf_submit(e, 0);
 	tv_count(TV_ST_EVENTS);
 	return 0;

@@ -146,9 +146,12 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		st->pending = 0;
 		st->last_sample_ns = now;
 	}
-	/* Nothing outstanding: this is a data segment to a receiver, not an ACK of ours. */
-	if (tp->snd_una == tp->snd_nxt)
+	/* Nothing outstanding (a data segment to a receiver, not an ACK of ours) or not bulk yet:
+	 * back to the fast path until the next interval, or every segment would come this way. */
+	if (tp->snd_una == tp->snd_nxt || (!st->selected && tp->bytes_acked < cfg->bulk_min_bytes)) {
+		st->last_sample_ns = now;
 		return 0;
+	}
 	if (!tv_sample_due(st, cfg, tp, now))
 		return 0;
 

@@ -45,7 +45,8 @@ static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __
 }
 
 /* Fallback RTO source (4.16+), attached at the cgroup-v2 root: RTO_CB runs in
- * tcp_write_timeout() for every retransmission timeout of a socket that asked for it. */
+ * tcp_write_timeout() for every retransmission timeout of a socket that asked for it.
+ * RETRANS_CB reports the retransmissions that failed in this host (see retrans.h). */
 SEC("sockops")
 int tv_sockops(struct bpf_sock_ops *skops)
 {
@@ -53,10 +54,18 @@ int tv_sockops(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTO_CB_FLAG);
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTO_CB_FLAG |
+							 BPF_SOCK_OPS_RETRANS_CB_FLAG);
 		return 1;
 	case BPF_SOCK_OPS_RTO_CB:
 		break;
+	case BPF_SOCK_OPS_RETRANS_CB:
+		if (skops->args[2] && bsk) {
+			struct tcp_sock *t = bpf_skc_to_tcp_sock(bsk);
+			if (t)
+				tv_on_retrans_failed(skops, bsk, t);
+		}
+		return 1;
 	default:
 		return 1;
 	}

@@ -125,7 +125,9 @@ struct tv_retrans {
 	__u32 retrans_out;
 	__u32 snd_una;
 	__u8 lost_retrans; /* 1: an earlier retransmission of this segment was lost */
-	__u8 _pad[3];
+	__u8 failed;       /* 1: the attempt failed in this host (sockops RETRANS_CB, err != 0): counted
+			    * by TcpRetransSegs but never sent; seq/segs/scoreboard only, no skb bits */
+	__u8 _pad[2];
 };
 
 struct tv_ca_state {

@@ -32,7 +32,8 @@ pub struct Counters {
     /// Kernel-side counters (enum tv_stat), summed over CPUs.
     pub kernel: Mutex<Vec<u64>>,
     /// Per program: (section, run time ns, run count), when BPF stats are on.
-    pub prog_stats: Mutex<Vec<(String, u64, u64)>>,
+    /// Per program: (label, run time ns, runs, recursion misses). Time and runs need bpf_stats; misses are always counted.
+    pub prog_stats: Mutex<Vec<(String, u64, u64, u64)>>,
 }
 
 pub const KERNEL_STAT_NAMES: [&str; 7] =
@@ -118,13 +119,14 @@ fn enable_bpf_stats() -> Option<OwnedFd> {
     Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
-fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64)> {
+/// (run time ns, runs, recursion misses) of one program.
+fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
     // SAFETY: bpf_prog_info is a plain C struct; zero is a valid initial value.
     let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
     // SAFETY: info and len point to live stack values of the sizes the kernel is told.
     let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info as *mut _ as *mut _, &mut len) };
-    (r == 0).then_some((info.run_time_ns, info.run_cnt))
+    (r == 0).then_some((info.run_time_ns, info.run_cnt, info.recursion_misses))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -190,24 +192,28 @@ fn owner(
             next_snap = Instant::now() + snap_every;
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
             read_kernel_stats(&loaded.skel, &counters);
-            if bpf_stats {
-                let v: Vec<(String, u64, u64)> = progs
-                    .iter()
-                    .filter_map(|p| {
-                        prog_run_stats(prog_ref(&loaded.skel, *p).as_fd()).map(|(t, n)| (p.label().to_string(), t, n))
-                    })
-                    .collect();
-                if let Ok(mut s) = counters.prog_stats.lock() {
-                    *s = v;
-                }
-            }
+            read_prog_stats(&loaded.skel, &progs, &counters);
         }
     }
-    // Drain what is already in the ring buffer before detaching.
+    // Drain what is already in the ring buffer before detaching; the last counts for the summary.
     let _ = rb.consume();
+    read_kernel_stats(&loaded.skel, &counters);
+    read_prog_stats(&loaded.skel, &progs, &counters);
     drop(rb);
     drop(loaded);
     Ok(())
+}
+
+/// Run time, runs and recursion misses of every attached program. Misses (a program skipped because it
+/// was already running on that CPU) are counted by the kernel whether or not bpf_stats is on.
+fn read_prog_stats(skel: &super::skel::TcpvigilSkel<'_>, progs: &[super::variants::Prog], counters: &Counters) {
+    let v: Vec<(String, u64, u64, u64)> = progs
+        .iter()
+        .filter_map(|p| prog_run_stats(prog_ref(skel, *p).as_fd()).map(|(t, n, m)| (p.label().to_string(), t, n, m)))
+        .collect();
+    if let Ok(mut s) = counters.prog_stats.lock() {
+        *s = v;
+    }
 }
 
 fn mono_ns() -> u64 {

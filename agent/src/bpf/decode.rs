@@ -172,6 +172,7 @@ fn retrans(e: &tv_retrans) -> Retrans {
         count: e.count,
         since_prev_ns: e.since_prev_ns,
         lost_retrans: e.lost_retrans != 0,
+        failed: e.failed != 0,
         cwnd: e.cwnd,
         ssthresh: e.ssthresh,
         packets_out: e.packets_out,

@@ -243,6 +243,9 @@ pub fn take_libbpf_log() -> String {
 
 /// The most telling line of a libbpf failure log.
 fn reason(err: &libbpf_rs::Error, log: &str) -> String {
+    if std::env::var_os("TCPVIGIL_LIBBPF_LOG").is_some() {
+        eprintln!("{log}");
+    }
     let line = log
         .lines()
         .rev()

@@ -1,6 +1,5 @@
 //! `tcpvigil analyze FILE`: replay a recording through the detectors and print the diagnoses.
 use std::fs::File;
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,7 +31,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(f) => f,
         Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.file.display()))),
     };
-    let rec = match tcpvigil::recording::read(BufReader::new(f)) {
+    let rec = match tcpvigil::recording::read_file(f) {
         Ok(r) => r,
         Err(e) => return Ok(usage(format!("{}: {e}", a.file.display()))),
     };

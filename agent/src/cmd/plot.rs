@@ -1,6 +1,5 @@
 //! `tcpvigil plot RECORDING`: the papers' pictures (SVG and PNG) from any recording.
 use std::fs::File;
-use std::io::BufReader;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -13,7 +12,7 @@ pub fn run(a: PlotArgs) -> Result<ExitCode> {
         Ok(f) => f,
         Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.recording.display()))),
     };
-    let rec = match tcpvigil::recording::read(BufReader::new(f)) {
+    let rec = match tcpvigil::recording::read_file(f) {
         Ok(r) => r,
         Err(e) => return Ok(usage(format!("{}: {e}", a.recording.display()))),
     };

@@ -33,6 +33,11 @@ pub struct Args {
     /// Seconds between connection snapshots.
     #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
     snapshot_interval: f64,
+    /// Record what the daemon sees instead of every ACK: at most one sample per connection per
+    /// this many milliseconds (bulk connections, plus the sample of an ACK that drains the pipe).
+    /// Small recordings of long runs, e.g. detector fixtures. 0 (default): every ACK.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    sample_every: u64,
 }
 
 fn parse_interval(s: &str) -> Result<f64, String> {
@@ -64,10 +69,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let file = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
+    // Daemon-like sampling selects no connection in the kernel; the filters then apply here only.
+    let daemon_like = a.sample_every > 0;
     let settings = Settings {
-        bulk_interval_ns: 0,
-        select_all: filters.is_empty(),
-        rules,
+        bulk_interval_ns: a.sample_every * 1_000_000,
+        select_all: filters.is_empty() && !daemon_like,
+        rules: if daemon_like { Vec::new() } else { rules },
         snapshot_interval_ms: (a.snapshot_interval * 1000.0) as u64,
         ..Default::default()
     };
@@ -160,6 +167,12 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
         c.channel_dropped.load(Ordering::Relaxed),
         c.decode_errors.load(Ordering::Relaxed)
     ));
+    // Runs the kernel skipped because the program was already running on that CPU: events never seen.
+    if let Ok(progs) = c.prog_stats.lock() {
+        for (name, _, _, misses) in progs.iter().filter(|p| p.3 > 0) {
+            s.push_str(&format!(", {misses} runs of {name} skipped by the kernel (recursion)"));
+        }
+    }
     for (i, name) in KERNEL_STAT_NAMES.iter().enumerate().skip(1).take(4) {
         if let Some(v) = kernel.get(i).filter(|v| **v > 0) {
             s.push_str(&format!(", {v} {name}"));

@@ -135,7 +135,16 @@ fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health
         programs: c
             .prog_stats
             .lock()
-            .map(|v| v.iter().map(|(n, t, r)| ProgStats { name: n.clone(), run_time_ns: *t, run_cnt: *r }).collect())
+            .map(|v| {
+                v.iter()
+                    .map(|(n, t, r, m)| ProgStats {
+                        name: n.clone(),
+                        run_time_ns: *t,
+                        run_cnt: *r,
+                        recursion_misses: *m,
+                    })
+                    .collect()
+            })
             .unwrap_or_default(),
         kernel: KernelCounters {
             ring_full: at(0),

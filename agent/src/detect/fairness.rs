@@ -124,6 +124,11 @@ pub fn group_key(cfg: &FairnessConfig, e: &ConnEntry) -> String {
         .join(",")
 }
 
+/// Retransmitted bytes per byte sent over the connection's life (from its last snapshot).
+fn retrans_ratio(e: &ConnEntry) -> f64 {
+    e.snap.as_ref().filter(|s| s.bytes_sent > 0).map_or(0.0, |s| s.bytes_retrans as f64 / s.bytes_sent as f64)
+}
+
 /// Jain's fairness index of non-negative rates.
 pub fn jain(x: &[f64]) -> f64 {
     let s: f64 = x.iter().sum();
@@ -194,7 +199,7 @@ impl FairnessDetector {
             return;
         }
         self.last_eval = now;
-        let mut groups: BTreeMap<String, Vec<(ConnId, f64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<String, Vec<(ConnId, f64, f64)>> = BTreeMap::new();
         for e in table.iter().filter(|e| !e.closed) {
             let acked =
                 e.last_sample.as_ref().map(|s| s.bytes_acked).or(e.snap.as_ref().map(|s| s.bytes_acked)).unwrap_or(0);
@@ -202,7 +207,7 @@ impl FairnessDetector {
                 continue;
             }
             if let Some(g) = self.goodput(e.id.cookie, now) {
-                groups.entry(group_key(&self.cfg, e)).or_default().push((e.id, g));
+                groups.entry(group_key(&self.cfg, e)).or_default().push((e.id, g, retrans_ratio(e)));
             }
         }
         let persist = (self.cfg.persist_s * 1e9) as u64;
@@ -221,7 +226,7 @@ impl FairnessDetector {
             let eff = streams.len() as f64 * min / sum;
             let mean = sum / rates.len() as f64;
             let st = self.groups.entry(key.clone()).or_default();
-            for (id, g) in &streams {
+            for (id, g, _) in &streams {
                 if *g < 0.5 * mean {
                     st.behind_since.entry(id.cookie).or_insert(now);
                 } else {
@@ -229,6 +234,7 @@ impl FairnessDetector {
                 }
             }
             let unfair = j < self.cfg.jain_below || ratio < self.cfg.ratio_below;
+            let remedy = format!("start the {n} streams RTT/{n} apart (paper 001 held every stream at an equal share that way), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
             let evidence = |st: &GroupState| {
                 let first = st.behind_since.iter().min_by_key(|(_, t)| **t).map(|(c, t)| (*c, *t));
                 json!({
@@ -236,12 +242,12 @@ impl FairnessDetector {
                     "min_max_ratio": ratio,
                     "even_split_efficiency": eff,
                     "window_s": self.cfg.window_s,
-                    "streams": streams.iter().map(|(id, g)| json!({
+                    "streams": streams.iter().map(|(id, g, rr)| json!({
                         "conn": id.tuple.to_string(), "cookie": id.cookie,
-                        "goodput_bps": g * 8.0, "share": g / sum,
+                        "goodput_bps": g * 8.0, "share": g / sum, "retrans_ratio": rr,
                     })).collect::<Vec<_>>(),
                     "fell_behind_first": first.map(|(c, t)| json!({"cookie": c, "since_ns": t})),
-                    "remedy": format!("start the {} streams RTT/{} apart (paper 001 held every stream at an equal share that way), or pace each stream to 1/{} of the path (fq maxrate)", streams.len(), streams.len(), streams.len()),
+                    "remedy": remedy,
                 })
             };
             let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
@@ -303,7 +309,20 @@ mod tests {
     }
 
     fn run(rates: &[u64], secs: u64) -> Vec<Finding> {
+        run_lossy(rates, &vec![0.0; rates.len()], secs)
+    }
+
+    /// Streams at `rates` (bytes/s) whose snapshots show `retrans` retransmitted bytes per byte sent.
+    fn run_lossy(rates: &[u64], retrans: &[f64], secs: u64) -> Vec<Finding> {
         let mut table = ConnTable::new(false);
+        for (i, r) in retrans.iter().enumerate() {
+            let snap = crate::model::Snap {
+                bytes_sent: 100_000_000,
+                bytes_retrans: (r * 100_000_000.0) as u64,
+                ..Default::default()
+            };
+            table.apply(&Event { ts_ns: 1, conn: conn(i as u64), body: Body::Snapshot(snap) });
+        }
         let mut d = FairnessDetector::new(FairnessConfig::default());
         let mut out = vec![];
         for (i, _) in rates.iter().enumerate() {
@@ -337,6 +356,15 @@ mod tests {
         assert_eq!(f.evidence["fell_behind_first"]["cookie"], 2);
         let eff = f.evidence["even_split_efficiency"].as_f64().unwrap();
         assert!((eff - 4.0 / 31.0).abs() < 0.02, "{eff}");
+    }
+
+    #[test]
+    fn each_stream_carries_its_retransmission_ratio() {
+        let out = run_lossy(&[10_000_000, 10_000_000, 10_000_000, 1_000_000], &[0.002, 0.001, 0.003, 0.02], 10);
+        let streams = out[0].evidence["streams"].as_array().unwrap();
+        let slow = streams.iter().find(|s| s["cookie"] == 3).unwrap();
+        assert!((slow["retrans_ratio"].as_f64().unwrap() - 0.02).abs() < 1e-9, "{slow}");
+        assert!(out[0].evidence["remedy"].as_str().unwrap().contains("RTT/4 apart"));
     }
 
     #[test]

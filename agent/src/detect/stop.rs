@@ -194,6 +194,10 @@ impl Conn {
             "cwnd_collapse"
         } else if e.acks == 0 && e.retrans_segs == 0 {
             "path_silent"
+        } else if e.retrans_segs > 0 && e.ca_states.contains(&CA_RECOVERY) {
+            // A window's worth of holes repaired about one per RTT with cwnd still open: recovery
+            // without SACK (NewReno, paper 004) or with the scoreboard lost.
+            "slow_recovery"
         } else {
             "unknown"
         }
@@ -225,6 +229,11 @@ impl Conn {
                 "lost_retransmits": e.lost_retrans,
                 "max_lost_retransmit_delay_s": e.max_lost_delay_ns as f64 / 1e9,
                 "retransmitted_segments": e.retrans_segs,
+                "retransmissions_per_rtt": if secs > 0.0 && self.srtt_us > 0 {
+                    e.retrans_segs as f64 * self.srtt_us as f64 / 1e6 / secs
+                } else {
+                    0.0
+                },
                 "min_cwnd": e.min_cwnd,
                 "ca_states": e.ca_states.iter().map(|&s| crate::model::record::ca_state_name(s)).collect::<Vec<_>>(),
                 "acks_during": e.acks,
@@ -533,6 +542,45 @@ mod tests {
     }
 
     #[test]
+    fn recovery_repairing_one_hole_per_rtt_with_cwnd_open_is_slow_recovery() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (mut t, mut acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        // Without SACK each partial ACK repairs one hole: one retransmission and one segment per RTT.
+        for i in 0..40 {
+            t += 20 * MS;
+            acked += 1448;
+            let r = crate::model::Retrans {
+                seq: i,
+                end_seq: i + 1448,
+                segs: 1,
+                sacked: 0x84,
+                ca_state: CA_RECOVERY,
+                count: 1,
+                since_prev_ns: 0,
+                lost_retrans: false,
+                failed: false,
+                cwnd: 600,
+                ssthresh: 600,
+                packets_out: 1500,
+                lost_out: 1,
+                sacked_out: 0,
+                retrans_out: 1,
+                snd_una: 0,
+            };
+            d.observe(&ev(t, Body::Retrans(r)), &mut out);
+            d.observe(&ev(t, sample(acked, 600, CA_RECOVERY, 1 << 20)), &mut out);
+            d.tick(t, &mut out);
+        }
+        d.observe(&ev(t + 50 * MS, sample(acked + 5_000_000, 600, 0, 1 << 20)), &mut out);
+        d.observe(&ev(t + 200 * MS, sample(acked + 9_000_000, 600, 0, 1 << 20)), &mut out);
+        let last = out.last().expect("a stop");
+        assert_eq!(last.cause, "slow_recovery", "{}", last.evidence);
+        let per_rtt = last.evidence["retransmissions_per_rtt"].as_f64().unwrap();
+        assert!((0.7..=1.3).contains(&per_rtt), "{per_rtt} retransmissions per RTT");
+    }
+
+    #[test]
     fn a_retransmission_lost_again_and_resent_late_is_named_with_its_delay() {
         let mut d = StopDetector::new(StopConfig::default());
         let mut out = vec![];
@@ -547,6 +595,7 @@ mod tests {
             count: 2,
             since_prev_ns: 380 * MS,
             lost_retrans: true,
+            failed: false,
             cwnd: 1,
             ssthresh: 10,
             packets_out: 10,

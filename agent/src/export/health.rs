@@ -45,6 +45,8 @@ pub struct ProgStats {
     pub name: String,
     pub run_time_ns: u64,
     pub run_cnt: u64,
+    /// Runs the kernel skipped because the program was already running on that CPU (always counted).
+    pub recursion_misses: u64,
 }
 
 /// Fill level of one BPF map (entries may be an estimate for hash maps).
@@ -144,6 +146,7 @@ pub struct HealthSeries {
     variants: Family<VariantLabels, Gauge>,
     prog_run_time: Family<ProgLabels, Counter<f64, AtomicU64>>,
     prog_runs: Family<ProgLabels, Counter>,
+    prog_recursion_misses: Family<ProgLabels, Counter>,
     map_entries: Family<MapLabels, Gauge>,
     map_max_entries: Family<MapLabels, Gauge>,
     last: HashMap<String, u64>,
@@ -220,6 +223,11 @@ impl HealthSeries {
             "Runs of each BPF program (needs kernel.bpf_stats_enabled=1)",
             self.prog_runs.clone(),
         );
+        r.register(
+            "bpf_prog_recursion_misses",
+            "Runs of each BPF program the kernel skipped because it was already running on that CPU (events missed)",
+            self.prog_recursion_misses.clone(),
+        );
         r.register("bpf_map_entries", "Entries in a BPF map", self.map_entries.clone());
         r.register("bpf_map_max_entries", "Capacity of a BPF map", self.map_max_entries.clone());
     }
@@ -286,12 +294,16 @@ impl HealthSeries {
             let n = self.delta(&format!("prog_cnt/{name}"), p.run_cnt);
             self.prog_run_time.get_or_create(&l).inc_by(t as f64 / 1e9);
             self.prog_runs.get_or_create(&l).inc_by(n);
+            let m = self.delta(&format!("prog_miss/{name}"), p.recursion_misses);
+            self.prog_recursion_misses.get_or_create(&l).inc_by(m);
             progs.insert(name);
         }
         for gone in self.shown_progs.difference(&progs) {
             let l = ProgLabels { prog: gone.clone() };
             self.prog_run_time.remove(&l);
             self.prog_runs.remove(&l);
+            self.prog_recursion_misses.remove(&l);
+            self.last.remove(&format!("prog_miss/{gone}"));
             self.last.remove(&format!("prog_ns/{gone}"));
             self.last.remove(&format!("prog_cnt/{gone}"));
         }

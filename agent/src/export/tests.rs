@@ -151,7 +151,12 @@ pub(crate) fn feed(m: &mut Metrics, t: &mut ConnTable, n: u32) {
 pub(crate) fn health() -> Health {
     Health {
         variants: vec![("sack_state".into(), "tp_btf/tcp_probe".into()), ("rto".into(), "sockops".into())],
-        programs: vec![ProgStats { name: "tcp_probe".into(), run_time_ns: 2_000_000_000, run_cnt: 10 }],
+        programs: vec![ProgStats {
+            name: "tcp_probe".into(),
+            run_time_ns: 2_000_000_000,
+            run_cnt: 10,
+            recursion_misses: 3,
+        }],
         kernel: KernelCounters { ring_full: 3, samples: 100, ..Default::default() },
         ..Default::default()
     }
@@ -184,6 +189,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         count: 2,
         since_prev_ns: 0,
         lost_retrans: true,
+        failed: false,
         cwnd: 1,
         ssthresh: 2,
         packets_out: 3,
@@ -223,6 +229,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         "tcpvigil_hook_variant_info{need=\"sack_state\",variant=\"tp_btf/tcp_probe\"} 1",
         "tcpvigil_bpf_prog_run_time_seconds_total{prog=\"tcp_probe\"} 2.0",
         "tcpvigil_bpf_prog_runs_total{prog=\"tcp_probe\"} 10",
+        "tcpvigil_bpf_prog_recursion_misses_total{prog=\"tcp_probe\"} 3",
         "tcpvigil_tracked_connections 20",
         "tcpvigil_conn_goodput_bytes_per_second{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 19000000.0",
         "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 0.01",
@@ -380,6 +387,7 @@ fn exact_variant_counts_only_lost_retrans_events() {
         count: 2,
         since_prev_ns: 0,
         lost_retrans: true,
+        failed: false,
         cwnd: 1,
         ssthresh: 2,
         packets_out: 3,

@@ -196,6 +196,7 @@ async fn serve_synthetic_metrics_for_prometheus() {
             count: 2,
             since_prev_ns: 0,
             lost_retrans: true,
+            failed: false,
             cwnd: 1,
             ssthresh: 2,
             packets_out: 3,

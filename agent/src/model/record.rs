@@ -106,6 +106,9 @@ pub struct Retrans {
     pub since_prev_ns: u64,
     /// An earlier retransmission of this segment was lost.
     pub lost_retrans: bool,
+    /// The attempt failed in this host (counted by TcpRetransSegs, never sent; no skb bits).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
     pub cwnd: u32,
     pub ssthresh: u32,
     pub packets_out: u32,

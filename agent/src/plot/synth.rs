@@ -141,6 +141,7 @@ impl Sim {
             count,
             since_prev_ns: if count > 1 { 20 * MS } else { 0 },
             lost_retrans: lost,
+            failed: false,
             cwnd: self.cwnd,
             ssthresh: self.ssthresh,
             packets_out: self.packets_out(),

@@ -1,5 +1,7 @@
 //! Shared helpers for root integration tests: skip rules, a two-namespace path, MIB counters.
 #![allow(dead_code)]
+pub mod judge;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

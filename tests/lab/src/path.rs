@@ -98,6 +98,18 @@ pub struct PathConfig {
     pub reverse: DirConfig,
     /// Drop retransmissions of chosen segments on the way to the receivers.
     pub retx_drop: Option<RetxDrop>,
+    /// Random loss on one sender's link only (a flaky member of a LAG or ECMP group).
+    #[serde(default)]
+    pub lossy_sender: Option<LossySender>,
+}
+
+/// Random forward loss on the link of one sender.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossySender {
+    /// Sender index (0-based).
+    pub sender: usize,
+    /// Loss in parts per million.
+    pub loss_ppm: u32,
 }
 
 impl PathConfig {
@@ -194,6 +206,15 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
             let q = dir.queue().to_string();
             cmd::run_in(&r, &["iptables", "-A", "FORWARD", "-i", dir.iif_ipt(), "-j", "NFQUEUE", "--queue-num", &q])?;
         }
+    }
+    if let Some(l) = cfg.lossy_sender {
+        let h = topo.senders.get(l.sender).ok_or_else(|| {
+            LabError::Invalid(format!("lossy sender {} but the lab has {} senders", l.sender, topo.senders.len()))
+        })?;
+        nft(&r, &format!(
+            "add rule ip {TABLE} {CHAIN} iifname \"{}\" numgen random mod 1000000 < {} counter drop comment \"loss-sender{}\"",
+            h.router_ifname, l.loss_ppm, l.sender
+        ))?;
     }
     if let Some(rd) = cfg.retx_drop {
         let obj = bpf::compile(&rd, work_dir)?;

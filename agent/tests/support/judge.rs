@@ -1,0 +1,255 @@
+//! What each lab scenario must be diagnosed as, judged against the run's truth; shared by live and offline tests.
+#![allow(dead_code)]
+use serde_json::Value;
+use tcpvigil_lab::Truth;
+
+/// The daemon's config for lab runs: the parallel streams come from one iperf3 client per sender
+/// namespace (different pids), so a rule makes everything sent to the lab's receivers one transfer.
+pub const LAB_CONFIG: &str =
+    "[detect.fairness]\n[[detect.fairness.rules]]\nremote_cidr = \"10.72.0.0/16\"\nkey = [\"remote_ip\"]\n";
+
+/// One line of the expected-vs-reported table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub scenario: String,
+    pub expected: String,
+    pub reported: String,
+    pub start_s: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub found_after_s: Option<f64>,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = |v: Option<f64>| v.map(|x| format!("{x:+.2}")).unwrap_or_else(|| "-".into());
+        write!(
+            f,
+            "| {} | {} | {} | {} | {} | {} |",
+            self.scenario,
+            self.expected,
+            self.reported,
+            o(self.start_s),
+            self.duration_s.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            o(self.found_after_s)
+        )
+    }
+}
+
+/// Findings about the lab's senders (matched by address and namespace inode: addresses repeat across
+/// runs), one per (kind, conn, group, start, limit cause): the last report, with `first_ts` of the first.
+pub fn sender_findings(all: &[Value], truth: &Truth) -> Vec<Value> {
+    let mine = |c: &Value| {
+        let local = c["local"].as_str().unwrap_or("");
+        truth.senders.iter().any(|h| {
+            local.starts_with(&format!("{}:", h.addr)) && (h.netns_ino == 0 || c["netns"].as_u64() == Some(h.netns_ino))
+        })
+    };
+    let key = |x: &Value| {
+        // A stop's cause may sharpen between its reports; limits of one connection differ by cause.
+        let cause = if x["kind"] == "limit" { x["cause"].clone() } else { Value::Null };
+        (x["kind"].clone(), x["conn"]["cookie"].clone(), x["group"].clone(), x["start"].clone(), cause)
+    };
+    let mut out: Vec<Value> = Vec::new();
+    // An unfair group's `conn` is its slowest stream.
+    for f in all.iter().filter(|f| mine(&f["conn"])) {
+        let mut f = f.clone();
+        match out.iter().position(|x| key(x) == key(&f)) {
+            Some(i) => {
+                f["first_ts"] = out[i]["first_ts"].clone();
+                out[i] = f;
+            }
+            None => {
+                f["first_ts"] = f["ts"].clone();
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// Seconds from the traffic start to an RFC 3339 time in a finding.
+pub fn secs_from_start(v: &Value, truth: &Truth) -> f64 {
+    parse_rfc3339(v.as_str().unwrap_or("")) - truth.traffic_start.unix_ns as f64 / 1e9
+}
+
+/// Unix seconds of `2026-11-22T11:58:02.575Z`; NaN when it is not of that form.
+pub fn parse_rfc3339(s: &str) -> f64 {
+    let (date, time) = s.split_once('T').unwrap_or(("", ""));
+    let d: Vec<i64> = date.split('-').filter_map(|x| x.parse().ok()).collect();
+    let t: Vec<f64> = time.trim_end_matches('Z').split(':').filter_map(|x| x.parse().ok()).collect();
+    if d.len() != 3 || t.len() != 3 {
+        return f64::NAN;
+    }
+    let (y, m, day) = (d[0], d[1], d[2]);
+    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days as f64 * 86_400.0 + t[0] * 3600.0 + t[1] * 60.0 + t[2]
+}
+
+/// Start and end (seconds from the traffic start) of the run's injection of `kind`.
+pub fn injection(truth: &Truth, kind: &str) -> (f64, f64) {
+    let i = truth.injections.iter().find(|i| i.kind == kind).unwrap_or_else(|| panic!("no {kind} injection"));
+    let s = (i.start.mono_ns - truth.traffic_start.mono_ns) as f64 / 1e9;
+    let e = i.end.as_ref().map(|e| (e.mono_ns - truth.traffic_start.mono_ns) as f64 / 1e9).unwrap_or(f64::NAN);
+    (s, e)
+}
+
+/// The one finding of `kind`/`cause`, and nothing else.
+pub fn only(f: &[Value], kind: &str, cause: &str) -> Value {
+    let mine: Vec<&Value> = f.iter().filter(|x| x["kind"] == kind && x["cause"] == cause).collect();
+    let others: Vec<&Value> = f.iter().filter(|x| !(x["kind"] == kind && x["cause"] == cause)).collect();
+    assert_eq!(mine.len(), 1, "exactly one {kind}/{cause}: {f:#?}");
+    assert!(others.is_empty(), "nothing else expected: {others:#?}");
+    mine[0].clone()
+}
+
+fn rtt_s(truth: &Truth) -> f64 {
+    (truth.config.path.forward.delay_ms + truth.config.path.reverse.delay_ms) / 1000.0
+}
+
+/// A stop must be reported while it lasts, within 2 RTT + 200 ms of its start (the threshold is
+/// 2 srtt + 100 ms; srtt includes the bottleneck queue, so the RTT here is the larger of the two).
+fn found_in_progress(stop: &Value, truth: &Truth) -> f64 {
+    let start = secs_from_start(&stop["start"], truth);
+    let first = secs_from_start(&stop["first_ts"], truth);
+    let srtt = stop["evidence"]["srtt_ms"].as_f64().map(|x| x / 1e3).unwrap_or(0.0);
+    let limit = 2.0 * rtt_s(truth).max(srtt) + 0.2;
+    assert!(
+        first - start <= limit + 1e-3,
+        "stop first reported {:.3}s after its start (limit {limit:.3}s)",
+        first - start
+    );
+    if let Some(d) = stop["duration_s"].as_f64() {
+        assert!(first < start + d, "the first report came after the stop ended");
+    }
+    first - start
+}
+
+fn row(scenario: &str, expected: &str, f: Option<&Value>, truth: &Truth, found: Option<f64>) -> Row {
+    Row {
+        scenario: scenario.into(),
+        expected: expected.into(),
+        reported: f
+            .map(|x| format!("{}/{}", x["kind"].as_str().unwrap_or(""), x["cause"].as_str().unwrap_or("")))
+            .unwrap_or_else(|| "nothing".into()),
+        start_s: f.map(|x| secs_from_start(&x["start"], truth)),
+        duration_s: f.and_then(|x| x["duration_s"].as_f64()),
+        found_after_s: found,
+    }
+}
+
+/// Asserts the diagnosis of `scenario` against its truth; returns the table row.
+pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
+    match scenario {
+        "clean" => {
+            assert!(f.is_empty(), "a healthy transfer raised: {f:#?}");
+            row(scenario, "nothing", None, truth, None)
+        }
+        "outage" => {
+            let stop = only(f, "stop", "path_silent");
+            let (t1, t2) = injection(truth, "outage");
+            let start = secs_from_start(&stop["start"], truth);
+            let tol = (0.1 * (t2 - t1)).max(rtt_s(truth)).max(0.06);
+            assert!((start - t1).abs() <= tol, "stop start {start:.3}s vs outage {t1:.3}s (±{tol:.3})");
+            // The stop lasts until the first backed-off retransmission after the outage gets through.
+            let end = start + stop["duration_s"].as_f64().expect("ended");
+            let max_rto = 3.2; // 200 ms x 2^4 backoffs
+            assert!(end >= t2 - tol && end <= t2 + max_rto, "stop end {end:.3}s vs outage end {t2:.3}s");
+            assert!(stop["evidence"]["rtos"].as_u64().unwrap_or(0) >= 3, "{}", stop["evidence"]);
+            let found = found_in_progress(&stop, truth);
+            row(scenario, &format!("stop/path_silent {t1:+.2} {:.2}", t2 - t1), Some(&stop), truth, Some(found))
+        }
+        "tail-loss-rto" => {
+            let stop = only(f, "stop", "rto");
+            let (t1, _) = injection(truth, "outage");
+            let start = secs_from_start(&stop["start"], truth);
+            assert!((start - t1).abs() <= 0.1, "stop start {start:.3}s vs blackhole {t1:.3}s");
+            assert!(truth.summary.rto_timeouts >= 1, "the truth has no RTO");
+            let found = found_in_progress(&stop, truth);
+            row(scenario, &format!("stop/rto {t1:+.2}"), Some(&stop), truth, Some(found))
+        }
+        "zero-window" => {
+            let stop = only(f, "stop", "zero_window");
+            assert_eq!(stop["evidence"]["receiver_limited"], true);
+            let (t1, t2) = injection(truth, "zero-window");
+            let start = secs_from_start(&stop["start"], truth);
+            let dur = stop["duration_s"].as_f64().expect("ended");
+            // The window closes once the receive buffer is full, a little after reading stops.
+            assert!(start >= t1 - 0.1 && start <= t1 + 1.0, "start {start:.2}s vs {t1:.2}s");
+            assert!((start + dur - t2).abs() <= 0.5, "end {:.2}s vs reading resumes {t2:.2}s", start + dur);
+            let found = found_in_progress(&stop, truth);
+            row(scenario, &format!("stop/zero_window {t1:+.2} {:.2}", t2 - t1), Some(&stop), truth, Some(found))
+        }
+        "lfn-buffer" => {
+            let l = only(f, "limit", "rwnd_limited");
+            assert_eq!(l["evidence"]["sysctl"], "net.ipv4.tcp_rmem");
+            assert!(l["evidence"]["value"].as_u64().unwrap_or(0) >= 1 << 20, "{}", l["evidence"]);
+            row(scenario, "limit/rwnd_limited", Some(&l), truth, None)
+        }
+        "no-sack" => {
+            let l = f.iter().find(|x| x["kind"] == "limit" && x["cause"] == "no_sack");
+            assert!(l.is_some(), "no_sack not flagged: {f:#?}");
+            // Without SACK a burst of losses is repaired one hole per RTT (paper 004): that may be a stop,
+            // named slow_recovery; any other stop must come with an RTO in the truth.
+            for x in f.iter().filter(|x| x["kind"] == "stop") {
+                assert!(
+                    x["cause"] == "slow_recovery" || truth.summary.rto_timeouts >= 1,
+                    "a stop that is neither slow recovery nor backed by an RTO in the truth: {x:#}"
+                );
+            }
+            assert!(f.iter().all(|x| x["kind"] != "unfair"), "{f:#?}");
+            row(scenario, "limit/no_sack", l, truth, None)
+        }
+        "policer-burst" | "lost-retransmit" => {
+            // Recovery is long and lossy but not a stop unless the truth shows a timeout; nothing else.
+            for x in f {
+                assert_eq!(x["kind"], "stop", "only a stop could be in question: {x:#}");
+                assert!(truth.summary.rto_timeouts >= 1, "a stop without an RTO in the truth: {x:#}");
+            }
+            if scenario == "lost-retransmit" {
+                assert!(truth.summary.lost_retransmits >= 1, "the scenario lost no retransmission");
+            }
+            row(scenario, "nothing, or a stop if the truth has an RTO", f.first(), truth, None)
+        }
+        "parallel-4" | "parallel-4-staggered" => {
+            let u = judge_parallel(truth, f);
+            row(scenario, "unfair only if iperf3 shows a stream far behind", u.as_ref(), truth, None)
+        }
+        "parallel-4-lossy" => {
+            let u = judge_parallel(truth, f).expect("the lossy stream falls far behind");
+            let start = secs_from_start(&u["start"], truth);
+            assert!((0.0..=6.0).contains(&start), "unfair from the first seconds: start {start:+.2}s");
+            row(scenario, "unfair/unfair_streams naming sender 3", Some(&u), truth, None)
+        }
+        other => panic!("no judgement written for scenario {other}"),
+    }
+}
+
+/// Judges a parallel scenario against iperf3's per-stream goodput: even shares raise nothing; a stream
+/// far behind must be flagged and be the one named. Returns the unfair finding, if any.
+pub fn judge_parallel(truth: &Truth, f: &[Value]) -> Option<Value> {
+    let unfair: Vec<&Value> = f.iter().filter(|x| x["kind"] == "unfair").collect();
+    let others: Vec<&Value> = f.iter().filter(|x| x["kind"] != "unfair").collect();
+    assert!(others.is_empty(), "only fairness is in question: {others:#?}");
+    let rates = &truth.summary.stream_goodput_mbit;
+    let (min, max) = (rates.iter().cloned().fold(f64::MAX, f64::min), rates.iter().cloned().fold(0.0, f64::max));
+    let jain = truth.summary.jain_index.unwrap_or(1.0);
+    eprintln!("   per iperf3: {rates:.1?} Mbit/s, Jain {jain:.3}, slowest/fastest {:.2}", min / max);
+    if jain >= 0.95 && min / max >= 0.7 {
+        assert!(unfair.is_empty(), "even shares per iperf3, yet flagged: {unfair:#?}");
+        return None;
+    }
+    if min / max >= 0.4 {
+        return unfair.first().map(|x| (*x).clone()); // in between: either answer is defensible
+    }
+    assert_eq!(unfair.len(), 1, "one stream far behind per iperf3 ({rates:.1?}): {f:#?}");
+    let slowest = rates.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap();
+    let addr = format!("{}:", truth.senders[slowest].addr);
+    let named = unfair[0]["conn"]["local"].as_str().unwrap_or("");
+    assert!(named.starts_with(&addr), "the slowest stream per iperf3 is sender {slowest} ({addr}), named: {named}");
+    Some(unfair[0].clone())
+}
