@@ -1,4 +1,5 @@
 //! Bad input to the command line: a clear message and exit code 2, before anything is loaded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::process::Command;
 
 fn tcpvigil(args: &[&str]) -> (i32, String) {

@@ -1,4 +1,5 @@
 //! Every lab scenario against the live daemon: the expected diagnosis, found in time, and nothing else.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 mod support;
 
 use support::daemon::Daemon;

@@ -144,10 +144,17 @@ impl Tmux {
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn capture(&self, ansi: bool) -> String {
-        let args: &[&str] =
-            if ansi { &["capture-pane", "-p", "-e", "-t", "w"] } else { &["capture-pane", "-p", "-t", "w"] };
-        self.run(args).unwrap_or_default()
+    /// The screen; with `history` also the lines scrolled off it (tmux's "Pane is dead" line
+    /// scrolls the first line of watch's summary away).
+    fn capture(&self, ansi: bool, history: bool) -> String {
+        let mut args = vec!["capture-pane", "-p", "-t", "w"];
+        if ansi {
+            args.push("-e");
+        }
+        if history {
+            args.extend(["-S", "-100"]);
+        }
+        self.run(&args).unwrap_or_default()
     }
 
     fn exited(&self) -> bool {
@@ -210,7 +217,7 @@ impl Capture {
     }
 }
 
-/// `tcpvigil watch --conn LADDR:LPORT-RADDR:RPORT` in tmux (160x48) beside the outage: the
+/// `tcpvigil watch --window 10 --conn LADDR:LPORT-RADDR:RPORT` in tmux (160x48) beside the outage: the
 /// screen shows the connection's 4-tuple and cookie, its numbers move, the stop appears with
 /// its cause while the outage lasts and never before it, and the view ends with a summary
 /// when the connection closes. Prints the frame rate the summary reports (the README quotes
@@ -226,7 +233,7 @@ fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
         |ns, dst| {
             std::thread::spawn(move || {
                 let flow = find_flow(&ns, &dst, Duration::from_secs(20)).expect("iperf3's data connection");
-                let tmux = Tmux::start(&format!("{exe} watch --conn {}", flow.pair()), 160, 48);
+                let tmux = Tmux::start(&format!("{exe} watch --window 10 --conn {}", flow.pair()), 160, 48);
                 let mut caps = Vec::new();
                 let t = Instant::now();
                 while t.elapsed() < Duration::from_secs(45) {
@@ -234,8 +241,8 @@ fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
                     let exited = tmux.exited();
                     caps.push(Capture {
                         unix_ns: unix_ns(),
-                        text: tmux.capture(false),
-                        ansi: tmux.capture(true),
+                        text: tmux.capture(false, exited),
+                        ansi: tmux.capture(true, false),
                         exited,
                     });
                     if exited {
@@ -248,14 +255,22 @@ fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
         |h, _| h.join().expect("the capture thread"),
     );
     let (t1, t2) = outage_window(&truth);
-    let live: Vec<&Capture> = caps.iter().filter(|c| c.live()).collect();
+
+    // The connection: its 4-tuple and cookie in the header, from the first event on (before it,
+    // only the empty pane or the "waiting for a connection" screen) until watch exits.
+    let tuple = format!("{} → {}", flow.local, flow.remote);
+    let shows = |c: &Capture| c.text.contains(&tuple) && c.text.contains(&format!("cookie {}", flow.cookie));
+    let first = caps.iter().position(shows).unwrap_or_else(|| panic!("`{tuple}` never shown:\n{}", caps[0].text));
+    for c in &caps[..first] {
+        assert!(c.text.trim().is_empty() || c.text.contains("waiting for a connection"), "before: {}", c.text);
+    }
+    let view: Vec<&Capture> = caps[first..].iter().filter(|c| !c.exited).collect();
+    for c in &view {
+        assert!(shows(c), "the connection left the view:\n{}", c.text);
+    }
+    let live: Vec<&Capture> = view.into_iter().filter(|c| c.live()).collect();
     eprintln!("{} captures, {} of the live view; flow {flow:?}", caps.len(), live.len());
     assert!(live.len() >= 10, "the view was live in only {} captures", live.len());
-
-    // The connection: its 4-tuple and cookie in the header.
-    let tuple = format!("{} → {}", flow.local, flow.remote);
-    assert!(live.iter().all(|c| c.text.contains(&tuple)), "no `{tuple}` in:\n{}", live[0].text);
-    assert!(live[0].text.contains(&format!("cookie {}", flow.cookie)), "{}", live[0].text);
 
     // Moving numbers: the "now" panel changes, bytes delivered grow across the outage.
     let panels: std::collections::HashSet<String> = live.iter().map(|c| c.now_panel()).collect();

@@ -328,10 +328,11 @@ fn buffer_svg(buf: &ratatui::buffer::Buffer) -> String {
     s
 }
 
-/// The docs screenshot of the view 3 s into the synthetic outage (mid-stop):
-/// `TCPVIGIL_DEMO_OUT=$PWD/docs/img cargo test -p tcpvigil --lib watch::tests::screenshot -- --ignored`.
+/// A screenshot of the view 3 s into the synthetic outage (mid-stop), without a kernel, as
+/// `watch-synthetic.png` (the README's screenshot is of a live run: tests/watch_live.rs):
+/// `TCPVIGIL_DEMO_OUT=/tmp/x cargo test -p tcpvigil --lib watch::tests::screenshot -- --ignored`.
 #[test]
-#[ignore = "writes files; run by hand to refresh docs/img"]
+#[ignore = "writes files; run by hand"]
 fn screenshot_of_the_outage_mid_stop() {
     let out =
         std::path::PathBuf::from(std::env::var("TCPVIGIL_DEMO_OUT").unwrap_or_else(|_| "/tmp/tcpvigil-demo".into()));
@@ -342,7 +343,7 @@ fn screenshot_of_the_outage_mid_stop() {
     let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
     term.draw(|f| draw(f, &st, &Hud { fps: 20.0, closing: false }, &mut Scratch::default())).unwrap();
     let svg = buffer_svg(term.backend().buffer());
-    std::fs::write(out.join("watch-outage.png"), crate::plot::svg::png(&svg).unwrap()).unwrap();
+    std::fs::write(out.join("watch-synthetic.png"), crate::plot::svg::png(&svg).unwrap()).unwrap();
 }
 
 /// What a frame costs, without a terminal: `cargo test -p tcpvigil --release --lib

@@ -17,7 +17,7 @@ pub struct RecorderConfig {
     pub seconds_before: f64,
     /// History recorded after a finding's latest report before the dump is written, seconds.
     pub seconds_after: f64,
-    /// Memory cap of one connection's history, bytes (measured: ~40 bytes per per-ACK sample, see the tests).
+    /// Memory cap of one connection's history, bytes (measured: ~46 bytes per stored sample, see the tests).
     pub max_bytes_per_conn: usize,
     /// Connections with a history at once; the least recently active is dropped first.
     pub max_conns: usize,
