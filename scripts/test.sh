@@ -17,7 +17,7 @@ cargo build --workspace --all-targets --locked 2>&1 | tail -3
 
 step "tests (unit, integration as root, lab)"
 # Root tests share namespaces, qdiscs and MIB counters: one at a time keeps the counters honest.
-cargo test --workspace --locked -- --test-threads=1
+cargo test --workspace --locked --no-fail-fast -- --test-threads=1
 
 for extra in scripts/ci-*.sh; do
   [ -e "$extra" ] || continue
