@@ -17,7 +17,7 @@ pub const MAX_MAPS: usize = 32;
 /// events write errors, build info, recorder dumps by outcome (4), recorder memory and connections.
 pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1 + DUMP_OUTCOMES.len() + 2;
 /// Health series at their bounds.
-pub const MAX_SERIES: usize = FIXED_SERIES + MAX_VARIANTS + 2 * MAX_PROGRAMS + 2 * MAX_MAPS;
+pub const MAX_SERIES: usize = FIXED_SERIES + MAX_VARIANTS + 3 * MAX_PROGRAMS + 2 * MAX_MAPS;
 
 /// Cumulative kernel-side counters (summed over CPUs, since the programs were loaded).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -323,6 +323,6 @@ impl HealthSeries {
         }
         self.shown_maps = maps;
 
-        FIXED_SERIES + self.shown_variants.len() + 2 * self.shown_progs.len() + 2 * self.shown_maps.len()
+        FIXED_SERIES + self.shown_variants.len() + 3 * self.shown_progs.len() + 2 * self.shown_maps.len()
     }
 }
