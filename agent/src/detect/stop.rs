@@ -97,6 +97,9 @@ struct Conn {
     seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
     closing: bool,
+    /// (start, end) of the last stop that ended: a new one soon after it is the same stop going on
+    /// (delivery seen late can end a stop for a moment, e.g. while a receive buffer fills).
+    last_stop: Option<(u64, u64)>,
 }
 
 impl Conn {
@@ -117,6 +120,7 @@ impl Conn {
             resume: None,
             seen_healthy: false,
             closing: false,
+            last_stop: None,
         }
     }
 
@@ -168,6 +172,7 @@ impl Conn {
                 if ack_ts >= resumed + w {
                     self.active = None;
                     self.resume = None;
+                    self.last_stop = Some((start, resumed.max(start)));
                     out.push(self.finding(cfg, obs, start, Some(resumed.max(start))));
                     self.anchor = (ack_ts, acked);
                     self.ev = Evidence::default();
@@ -350,8 +355,13 @@ impl StopDetector {
                 && c.acked >= cfg.min_bytes
                 && now.saturating_sub(c.anchor.0) > cfg.threshold_ns(c.srtt_us)
             {
-                c.active = Some(c.anchor.0);
-                out.push(c.finding(cfg, now, c.anchor.0, None));
+                let threshold = cfg.threshold_ns(c.srtt_us);
+                let start = match c.last_stop {
+                    Some((s, e)) if c.anchor.0.saturating_sub(e) <= threshold => s,
+                    _ => c.anchor.0,
+                };
+                c.active = Some(start);
+                out.push(c.finding(cfg, now, start, None));
             }
         }
     }
@@ -539,6 +549,23 @@ mod tests {
         let last = out.last().expect("a stop");
         assert_eq!(last.cause, "cwnd_collapse");
         assert!(out.iter().any(|f| f.ongoing), "reported while in progress");
+    }
+
+    #[test]
+    fn a_stop_that_ends_for_a_moment_and_goes_on_is_one_stop() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        run_ticks(&mut d, &mut out, t, t + 400 * MS);
+        let first = out.first().expect("a stop").start_ns;
+        // Delivery for just over the resume window ends it; then nothing again.
+        let (t2, acked2) = healthy(&mut d, &mut out, t + 400 * MS, acked, 150);
+        assert!(out.iter().any(|f| !f.ongoing), "the stop ended for a moment: {out:?}");
+        run_ticks(&mut d, &mut out, t2, t2 + 600 * MS);
+        healthy(&mut d, &mut out, t2 + 600 * MS, acked2, 300);
+        assert!(out.iter().all(|f| f.start_ns == first), "{:?}", out.iter().map(|f| f.start_ns).collect::<Vec<_>>());
+        let last = out.last().unwrap();
+        assert!(!last.ongoing && last.duration_s.unwrap() > 0.9, "{last:?}");
     }
 
     #[test]

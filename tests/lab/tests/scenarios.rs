@@ -28,6 +28,16 @@ fn check(t: &Truth) -> Result<(), String> {
             need(policed > 100, format!("policer dropped only {policed} packets"))?;
             need((0.5..1.4).contains(&s.efficiency.unwrap_or(0.0)), format!("efficiency {:?}", s.efficiency))
         }
+        "parallel-4-lossy" => {
+            // The stream over the lossy link (sender 3) is the slowest and far behind the others.
+            let g = &s.stream_goodput_mbit;
+            need(g.len() == 4, format!("{} streams", g.len()))?;
+            let max = g.iter().cloned().fold(0.0, f64::max);
+            let slowest = g.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i);
+            need(slowest == Some(3) && g[3] < 0.5 * max, format!("sender 3 not far behind: {g:?}"))?;
+            let dropped = t.nft_counters.iter().find(|c| c.0 == "loss-sender3").map(|c| c.1).unwrap_or(0);
+            need(dropped > 0, format!("the lossy link dropped nothing: {:?}", t.nft_counters))
+        }
         "parallel-4" | "parallel-4-staggered" => {
             need(s.stream_goodput_mbit.len() == 4, format!("{} streams", s.stream_goodput_mbit.len()))?;
             need(
