@@ -1,7 +1,7 @@
 //! `tcpvigil watch` on a live lab transfer through the `outage` scenario: in a real terminal
 //! (tmux), and as JSON lines checked against a `tcpvigil record` of the same connection.
 //!
-//! Both runs move the outage to 5 s (12 s of traffic) so that the view is attached well before
+//! Both runs move the outage to 7 s (14 s of traffic) so that the view is attached well before
 //! it: finding the data connection and attaching take 1-2 s. The connection is iperf3's data
 //! connection of sender 0, found with `ss -tnei` inside the lab's own sender namespace (other
 //! labs may run beside this one with the same addresses; the namespace and the socket cookie
@@ -85,11 +85,11 @@ fn find_flow(ns: &str, dst: &str, within: Duration) -> Option<Flow> {
     None
 }
 
-/// Runs `outage` (outage from 5 s, 12 s of traffic); `on_ready` gets the sender namespace and
+/// Runs `outage` (outage from 7 s, 14 s of traffic); `on_ready` gets the sender namespace and
 /// the receiver address as the traffic is about to start.
 fn outage_run<G, R>(on_ready: impl FnOnce(String, String) -> G, on_done: impl FnOnce(G, &Truth) -> R) -> (Truth, R) {
     let mut sc = Scenario::by_name("outage").expect("scenario");
-    sc.apply_knobs(&Knobs { outage_at: Some(5.0), duration: Some(12), ..Knobs::default() }).expect("knobs");
+    sc.apply_knobs(&Knobs { outage_at: Some(7.0), duration: Some(14), ..Knobs::default() }).expect("knobs");
     let out = std::env::temp_dir().join(format!("tvw-runs-{}", std::process::id()));
     let opts = RunOptions { out_dir: out, progress: false, ..Default::default() };
     sc.run_with(
