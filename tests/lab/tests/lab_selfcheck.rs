@@ -187,7 +187,7 @@ fn targeted_drop_hits_only_retransmissions_and_counts_exactly() {
     if !common::can_run("targeted_drop") {
         return;
     }
-    let t = run_short("lost-retransmit", Knobs { duration: Some(5), ..Knobs::default() }, "targeted_drop");
+    let t = run_short("lost-retransmit", Knobs { duration: Some(8), ..Knobs::default() }, "targeted_drop");
     let r = t.retx_drop.clone().unwrap_or_else(|| panic!("no retx_drop counters in truth"));
     let retrans = t.sender_counter("TcpRetransSegs") as u64;
     let lost_retx = t.sender_counter("TcpExtTCPLostRetransmit");
