@@ -84,7 +84,13 @@ impl LimitsDetector {
                 return;
             }
         };
-        if s.bytes_acked < cfg.bulk_bytes {
+        // Bulk: this much delivered, or sent and queued, or busy sending for min_busy_s (a transfer
+        // stuck in recovery delivers little).
+        let busy_total = s.busy_us as f64 / 1e6;
+        if s.bytes_acked < cfg.bulk_bytes
+            && s.bytes_sent + u64::from(s.unsent) < cfg.bulk_bytes
+            && busy_total < cfg.min_busy_s
+        {
             return;
         }
         let secs = (ev.ts_ns - t0) as f64 / 1e9;
@@ -219,6 +225,18 @@ mod tests {
         let out = run(paced(164_480, 113));
         assert_eq!(out.iter().map(|f| f.cause.as_str()).collect::<Vec<_>>(), vec!["rwnd_limited"]);
         assert!(out[0].evidence["window_use"].as_f64().unwrap() > 0.99, "{}", out[0].evidence);
+    }
+
+    #[test]
+    fn a_transfer_without_sack_stuck_early_with_much_queued_is_flagged() {
+        // 1 MB delivered, but 8 MB sent or waiting: a bulk transfer, whatever recovery made of it.
+        let stuck =
+            |i: u64| Snap { bytes_sent: 2_000_000, unsent: 6_000_000, ..snap(1_000_000 + i, i * 1_000_000, 0, false) };
+        let out = run((0..6).map(stuck).collect());
+        assert_eq!(out.iter().map(|f| f.cause.as_str()).collect::<Vec<_>>(), vec!["no_sack"]);
+        // A small exchange without SACK is nobody's concern.
+        let small = |i: u64| Snap { bytes_sent: 200_000, ..snap(100_000 + i, i * 100_000, 0, false) };
+        assert!(run((0..6).map(small).collect()).is_empty());
     }
 
     #[test]
