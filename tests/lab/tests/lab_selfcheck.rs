@@ -128,7 +128,11 @@ fn random_loss_rate_is_close_to_setting() {
     eprintln!("2 % loss: lab dropped {dropped} of {sent} datagrams ({pct:.3} %); iperf3 saw {lost} lost");
     assert!(sent > 15_000.0, "too few packets ({sent}) to judge");
     assert!((pct - 2.0).abs() <= 0.3, "injected loss {pct:.3} % not within 0.3 points of 2 %");
-    assert!(lost + 2.0 >= dropped, "iperf3 saw fewer losses ({lost}) than the lab dropped ({dropped})");
+    // The rule also drops iperf3's control-connection segments (all protocols pass it), and a
+    // datagram dropped after the last one received is invisible to iperf3's sequence-gap count:
+    // a CI run saw 429 lost of 432 dropped. Allow 2 % of the drops, at least 3.
+    let slack = (dropped * 0.02).max(3.0);
+    assert!(lost + slack >= dropped, "iperf3 saw fewer losses ({lost}) than the lab dropped ({dropped})");
 }
 
 #[test]
