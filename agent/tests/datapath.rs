@@ -18,6 +18,9 @@ struct Counts {
     failed_segs: i64,
     lost_retrans: i64,
     rtos: i64,
+    /// Retransmissions in flight at the RTOs: the timeout may mark them lost and a cumulative ACK
+    /// cover them before any resend, which the fallback (which sees resends) cannot count.
+    rto_retrans_out: i64,
 }
 
 fn exact_lost(rec: &tcpvigil::recording::Recording) -> bool {
@@ -26,7 +29,7 @@ fn exact_lost(rec: &tcpvigil::recording::Recording) -> bool {
 
 fn counts(rec: &tcpvigil::recording::Recording, netns: u32) -> Counts {
     let exact = exact_lost(rec);
-    let mut c = Counts { retrans_segs: 0, failed_segs: 0, lost_retrans: 0, rtos: 0 };
+    let mut c = Counts { retrans_segs: 0, failed_segs: 0, lost_retrans: 0, rtos: 0, rto_retrans_out: 0 };
     for e in rec.events.iter().filter(|e| e.conn.netns == netns) {
         match &e.body {
             Body::Retrans(r) => {
@@ -39,7 +42,10 @@ fn counts(rec: &tcpvigil::recording::Recording, netns: u32) -> Counts {
                 }
             }
             Body::LostRetrans(r) if exact => c.lost_retrans += r.segs as i64,
-            Body::Rto(_) => c.rtos += 1,
+            Body::Rto(r) => {
+                c.rtos += 1;
+                c.rto_retrans_out += r.retrans_out as i64;
+            }
             _ => {}
         }
     }
@@ -70,6 +76,8 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
     let outage = p.outage_after(Duration::from_millis(1500), Duration::from_millis(1200));
     let j = p.iperf_client(port, 5, &[]);
     let _ = outage.join();
+    // The recording lasts 9 s: every socket must be done before the counters are read.
+    assert!(p.wait_settled(&p.snd, Duration::from_millis(2500)), "the sender's connections did not close in time");
     let (a_snd, a_rcv) = (p.mib(&p.snd), p.mib(&p.rcv));
     let (rec, log) = rec.finish();
     eprintln!("{log}");
@@ -86,8 +94,8 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
         let (mr, ml, mt) =
             (delta(b, a, "TcpRetransSegs"), delta(b, a, "TcpExtTCPLostRetransmit"), delta(b, a, "TcpExtTCPTimeouts"));
         eprintln!(
-            "{name}: retrans segs agent {} ({} failed locally) mib {mr} ({fail} TCPRetransFail); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt}",
-            c.retrans_segs, c.failed_segs, c.lost_retrans, c.rtos
+            "{name}: retrans segs agent {} ({} failed locally) mib {mr} ({fail} TCPRetransFail); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt} ({} retransmissions in flight at them)",
+            c.retrans_segs, c.failed_segs, c.lost_retrans, c.rtos, c.rto_retrans_out
         );
         let tol = (mr * 3 / 100).max(2);
         assert!(
@@ -99,12 +107,17 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
         if exact_lost(&rec) {
             assert_eq!(c.lost_retrans, ml, "{name}: lost retransmissions vs TcpExtTCPLostRetransmit");
         } else {
-            // The fallback sees a lost retransmission when the segment is resent; one the kernel
-            // marks lost that is then acknowledged before its resend is in the MIB only.
+            // The fallback sees a lost retransmission when the segment is resent. One the kernel
+            // marks lost that a cumulative ACK covers before its resend is in the MIB only: an RTO
+            // marks every retransmission in flight lost, and after an outage the first resend's ACK
+            // may cover the rest (a CI run: 80 seen, 105 in the MIB, with 5 RTOs). RACK can do the
+            // same outside an RTO, rarely: 3 % of the MIB is allowed for it.
+            let slack = c.rto_retrans_out + ml * 3 / 100;
             assert!(
-                c.lost_retrans <= ml && c.lost_retrans * 100 >= ml * 90,
-                "{name}: lost retransmissions {} vs {ml}",
-                c.lost_retrans
+                c.lost_retrans <= ml && ml - c.lost_retrans <= slack,
+                "{name}: lost retransmissions {} vs {ml} (at most {slack} below: {} in flight at RTOs)",
+                c.lost_retrans,
+                c.rto_retrans_out
             );
         }
     }

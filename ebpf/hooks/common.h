@@ -28,7 +28,7 @@ extern unsigned CONFIG_HZ __kconfig;
 
 /* Per-socket state, freed with the socket. */
 struct tv_sk {
-	__u64 last_sample_ns;
+	__u64 last_sample_j; /* jiffies of the last sample: the bulk-interval gate */
 	__u64 pending_ts;
 	__u32 filter_gen;
 	__u32 pending_ack;
@@ -38,7 +38,8 @@ struct tv_sk {
 	__u8 pending_nsack;
 	__u8 last_ca;
 	__u8 owner_set;
-	__u8 _pad[3];
+	__u8 drained_sent; /* the last sample sent shows an empty pipe */
+	__u8 _pad[2];
 	__u32 lost_rtx;
 	__u32 rtos;
 	__u32 retrans_segs;
@@ -132,6 +133,18 @@ static __always_inline void tv_count(__u32 which)
 		*v += 1;
 }
 
+/* Records are handed over without waking the reader, which polls every 20 ms anyway: a wakeup
+ * per record cost about 10 us per ACK on a 2-vCPU VM (scripts/bench-datapath.sh). Only a buffer
+ * filling up (1 MiB of its 8 MiB waiting) wakes it early. */
+#define TV_WAKE_BYTES (1 << 20)
+
+static __always_inline void tv_submit(void *rec)
+{
+	__u64 flags = bpf_ringbuf_query(&tv_events, BPF_RB_AVAIL_DATA) > TV_WAKE_BYTES ? BPF_RB_FORCE_WAKEUP
+										       : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(rec, flags);
+}
+
 static __always_inline struct tv_config *tv_config(void)
 {
 	__u32 zero = 0;
@@ -141,6 +154,16 @@ static __always_inline struct tv_config *tv_config(void)
 static __always_inline __u32 tv_jiffies_to_us(__u64 j)
 {
 	return (__u32)(j * (1000000 / CONFIG_HZ));
+}
+
+/* Has the bulk interval passed since this socket's last sample? Gated on jiffies, not the ns
+ * clock: bpf_jiffies64() costs nothing measurable, bpf_ktime_get_ns() 35-55 ns per ACK on a VM
+ * (scripts/bench-datapath.sh, floor_clock vs floor_jiffies). The interval is then kept to within
+ * one tick (1-10 ms). */
+static __always_inline int tv_interval_passed(struct tv_sk *st, struct tv_config *cfg, __u64 jnow)
+{
+	__u64 every = cfg->bulk_interval_ns / (1000000000 / CONFIG_HZ);
+	return jnow - st->last_sample_j >= (every ? every : 1);
 }
 
 static __always_inline void tv_fill_hdr(struct tv_hdr *h, struct sock *sk, __u64 cookie, __u16 kind,

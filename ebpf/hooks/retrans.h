@@ -78,7 +78,7 @@ static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *
 	e->since_prev_ns = since;
 	e->lost_retrans = lost;
 	e->failed = 0;
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 	return 0;
 }
@@ -108,7 +108,7 @@ static __always_inline void tv_on_retrans_failed(struct bpf_sock_ops *skops, str
 	e->since_prev_ns = 0;
 	e->lost_retrans = 0;
 	e->failed = 1;
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 }
 
@@ -166,7 +166,7 @@ int BPF_PROG(tv_mark_lost, struct sock *sk, struct sk_buff *skb)
 	e->since_prev_ns = v ? now - v->last_ns : 0; /* how long the lost retransmission was out */
 	e->lost_retrans = 1;
 	e->failed = 0;
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 	return 0;
 }

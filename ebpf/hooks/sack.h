@@ -25,7 +25,7 @@ static __always_inline void tv_emit_sample(struct sock *sk, struct tcp_sock *tp,
 		flags |= TV_SF_DSACK;
 	s->flags = flags;
 	s->_pad = 0;
-	bpf_ringbuf_submit(s, 0);
+	tv_submit(s);
 	tv_count(TV_ST_SAMPLES);
 }
 
@@ -51,16 +51,16 @@ static __always_inline void tv_emit_drained(struct sock *sk, struct tcp_sock *tp
 	s->src = TV_SRC_PROBE;
 	s->flags = 0;
 	s->_pad = 0;
-	bpf_ringbuf_submit(s, 0);
+	tv_submit(s);
 	tv_count(TV_ST_SAMPLES);
 }
 
 /* Whether this connection gets a sample for the current ACK. */
-static __always_inline int tv_sample_due(struct tv_sk *st, struct tv_config *cfg, struct tcp_sock *tp, __u64 now)
+static __always_inline int tv_sample_due(struct tv_sk *st, struct tv_config *cfg, struct tcp_sock *tp, __u64 jnow)
 {
 	if (st->selected)
 		return 1;
-	if (!cfg->bulk_interval_ns || now - st->last_sample_ns < cfg->bulk_interval_ns)
+	if (!cfg->bulk_interval_ns || !tv_interval_passed(st, cfg, jnow))
 		return 0;
 	return tp->bytes_acked >= cfg->bulk_min_bytes;
 }
@@ -86,7 +86,7 @@ static __always_inline void tv_emit_ca(struct sock *sk, struct tcp_sock *tp, __u
 	e->lost_out = tp->lost_out;
 	e->sacked_out = tp->sacked_out;
 	e->retrans_out = tp->retrans_out;
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 }
 
@@ -106,21 +106,25 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	}
 	/* Fast path for the common case: an unselected connection between bulk samples. */
-	__u64 now = 0;
+	__u64 jnow = bpf_jiffies64();
 	if (!st->selected && !st->pending && st->filter_gen == cfg->filter_gen && !cfg->ca_from_probe) {
 		if (!cfg->bulk_interval_ns)
 			return 0;
-		now = bpf_ktime_get_ns();
-		if (now - st->last_sample_ns < cfg->bulk_interval_ns) {
+		if (!tv_interval_passed(st, cfg, jnow)) {
 			/* An ACK that empties the pipe may be the last one for a while: report
-			 * the drained state now, or a quiet sender would look stopped. */
+			 * the drained state now, or a quiet sender would look stopped. Once per
+			 * sample: over veth every sixth ACK drains the pipe, and a record each
+			 * time was per-ACK work for the daemon. */
+			if (st->drained_sent)
+				return 0;
 			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 			struct tcp_sock *t = bpf_skc_to_tcp_sock(sk);
 			if (!t || BPF_CORE_READ(cb, ack_seq) != t->snd_nxt || t->snd_una == t->snd_nxt ||
 			    t->bytes_acked < cfg->bulk_min_bytes)
 				return 0;
-			tv_emit_drained(sk, t, cb, now);
-			st->last_sample_ns = now;
+			tv_emit_drained(sk, t, cb, bpf_ktime_get_ns());
+			st->last_sample_j = jnow;
+			st->drained_sent = 1;
 			return 0;
 		}
 	}
@@ -128,8 +132,7 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	if (!tp)
 		return 0;
 	__u64 cookie = bpf_get_socket_cookie(sk);
-	if (!now)
-		now = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_ns();
 
 	if (cfg->ca_from_probe) {
 		/* Before 5.19 there is no tcp_cong_state_set tracepoint. */
@@ -144,15 +147,16 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		tv_emit_sample(sk, tp, cookie, st->pending_ts, st->pending_ack, st->pending_sack, st->pending_nsack,
 			       TV_SRC_PROBE, st->selected ? TV_SF_SELECTED : 0);
 		st->pending = 0;
-		st->last_sample_ns = now;
+		st->last_sample_j = jnow;
+		st->drained_sent = 0;
 	}
 	/* Nothing outstanding (a data segment to a receiver, not an ACK of ours) or not bulk yet:
 	 * back to the fast path until the next interval, or every segment would come this way. */
 	if (tp->snd_una == tp->snd_nxt || (!st->selected && tp->bytes_acked < cfg->bulk_min_bytes)) {
-		st->last_sample_ns = now;
+		st->last_sample_j = jnow;
 		return 0;
 	}
-	if (!tv_sample_due(st, cfg, tp, now))
+	if (!tv_sample_due(st, cfg, tp, jnow))
 		return 0;
 
 	unsigned char *head = BPF_CORE_READ(skb, head);
@@ -227,8 +231,9 @@ int BPF_PROG(tv_sacktag_exit, struct sock *sk, const struct sk_buff *ack_skb, u3
 	}
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	__u64 now = bpf_ktime_get_ns();
+	__u64 jnow = bpf_jiffies64();
 	tv_refresh_selection(st, cfg, sk, cookie);
-	if (!tv_sample_due(st, cfg, tp, now))
+	if (!tv_sample_due(st, cfg, tp, jnow))
 		return 0;
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&ack_skb->cb[0];
 	__u8 off = BPF_CORE_READ(cb, sacked); /* offset of the SACK option from the TCP header */
@@ -238,7 +243,8 @@ int BPF_PROG(tv_sacktag_exit, struct sock *sk, const struct sk_buff *ack_skb, u3
 	__u32 blk[2 * TV_MAX_SACK] = {};
 	__u8 n = off ? tv_read_sack_option(head + thoff + off, blk) : 0;
 	tv_emit_sample(sk, tp, cookie, now, ack, blk, n, TV_SRC_SACKTAG, st->selected ? TV_SF_SELECTED : 0);
-	st->last_sample_ns = now;
+	st->last_sample_j = jnow;
+	st->drained_sent = 0;
 	return 0;
 }
 

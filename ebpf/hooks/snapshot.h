@@ -29,15 +29,21 @@ int tv_iter(struct bpf_iter__tcp *ctx)
 			tv_emit_sample(sk, tp, cookie, st->pending_ts, st->pending_ack, st->pending_sack,
 				       st->pending_nsack, TV_SRC_FLUSH, st->selected ? TV_SF_SELECTED : 0);
 			st->pending = 0;
+			st->drained_sent = 0;
 		}
 	} else {
 		tv_count(TV_ST_STORAGE_FAIL);
 	}
-	/* Sockets older than the agent never passed ESTABLISHED_CB: ask for RTO_CB here.
-	 * TCP_BPF_SOCK_OPS_CB_FLAGS is refused by older kernels; that only costs their RTOs. */
+	/* Sockets older than the agent never passed ESTABLISHED_CB: ask for the callbacks here,
+	 * keeping whatever other programs asked for. TCP_BPF_SOCK_OPS_CB_FLAGS is refused by
+	 * older kernels; that only costs their RTOs. */
 	if (state == TCP_ESTABLISHED) {
-		int flags = BPF_SOCK_OPS_RTO_CB_FLAG;
-		bpf_setsockopt(tp, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
+		int want = BPF_SOCK_OPS_RTO_CB_FLAG | BPF_SOCK_OPS_RETRANS_CB_FLAG;
+		int have = BPF_CORE_READ(tp, bpf_sock_ops_cb_flags);
+		if ((have & want) != want) {
+			int flags = have | want;
+			bpf_setsockopt(tp, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
+		}
 	}
 	__u32 zero = 0;
 	struct tv_snap *s = bpf_map_lookup_elem(&tv_snap_scratch, &zero);

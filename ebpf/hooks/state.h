@@ -39,8 +39,8 @@ static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __
 	e->snd_una = BPF_CORE_READ(tp, snd_una);
 	e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
 	e->packets_out = BPF_CORE_READ(tp, packets_out);
-	e->_pad = 0;
-	bpf_ringbuf_submit(e, 0);
+	e->retrans_out = BPF_CORE_READ(tp, retrans_out);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 }
 
@@ -119,7 +119,7 @@ int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
 	e->old_state = old;
 	e->new_state = new;
 	__builtin_memset(e->_pad, 0, sizeof(e->_pad));
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 	return 0;
 }
@@ -139,7 +139,7 @@ int BPF_PROG(tv_destroy, struct sock *sk)
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
 	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_CLOSE, sizeof(*s), bpf_ktime_get_ns());
 	tv_fill_snap(s, tp, st);
-	bpf_ringbuf_submit(s, 0);
+	tv_submit(s);
 	tv_count(TV_ST_EVENTS);
 	return 0;
 }
@@ -165,7 +165,7 @@ static __always_inline void tv_on_send(struct sock *sk)
 	e->uid = st->uid;
 	e->cgroup_id = st->cgroup_id;
 	__builtin_memcpy(e->comm, st->comm, TV_COMM_LEN);
-	bpf_ringbuf_submit(e, 0);
+	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 }
 

@@ -155,7 +155,7 @@ struct tv_rto {
 	__u32 snd_una;
 	__u32 snd_nxt;
 	__u32 packets_out;
-	__u32 _pad;
+	__u32 retrans_out; /* retransmissions in flight, which the timeout may mark lost */
 };
 
 struct tv_state {

@@ -109,6 +109,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 snd_una: e.snd_una,
                 snd_nxt: e.snd_nxt,
                 packets_out: e.packets_out,
+                retrans_out: e.retrans_out,
             })
         }
         tv_kind::TV_K_STATE => {

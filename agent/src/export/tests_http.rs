@@ -217,6 +217,7 @@ async fn serve_synthetic_metrics_for_prometheus() {
                 snd_una: 0,
                 snd_nxt: 0,
                 packets_out: 1,
+                retrans_out: 0,
             }),
         ));
         if k == 1 {

@@ -144,6 +144,10 @@ pub struct Rto {
     pub snd_una: u32,
     pub snd_nxt: u32,
     pub packets_out: u32,
+    /// Retransmissions in flight when the timer fired: the timeout marks them lost (counted by the
+    /// kernel as lost retransmissions) and the cumulative ACK after it may cover them before any resend.
+    #[serde(default)]
+    pub retrans_out: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -252,6 +252,7 @@ pub fn outage() -> (Recording, Vec<Finding>) {
                     snd_una: s.una,
                     snd_nxt: s.nxt,
                     packets_out: s.packets_out(),
+                    retrans_out: s.retrans,
                 }),
             );
             let old = s.ca;

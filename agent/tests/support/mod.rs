@@ -118,6 +118,20 @@ impl Pair {
         out
     }
 
+    /// Wait (up to `limit`) until a namespace has no connection left that could still retransmit
+    /// (listeners and TIME-WAIT aside), so MIB counters read after it are final: iperf3 returns while
+    /// its closed sockets may still be resending a FIN.
+    pub fn wait_settled(&self, ns: &str, limit: Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < end {
+            if sh(&format!("ip netns exec {ns} ss -Htn state connected exclude time-wait")).trim().is_empty() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     pub fn iperf_server(&self, port: u16) -> Child {
         let c = Command::new("ip")
             .args(["netns", "exec", &self.rcv, "iperf3", "-s", "-1", "-p", &port.to_string()])
