@@ -185,12 +185,12 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             s
         }
         "lost-retransmit" => {
-            let mut p = shaped(20.0, 200.0, Some(500_000));
-            p.forward.loss_ppm = 1000;
+            let mut p = shaped(10.0, 200.0, Some(500_000));
+            p.forward.loss_ppm = 2000;
             p.retx_drop = Some(RetxDrop { segments: 20, drops_per_segment: 1 });
-            let mut s = base("lost-retransmit", "0.1 % random loss plus a tc-bpf program that drops the first retransmission of the first 20 retransmitted segments",
+            let mut s = base("lost-retransmit", "0.2 % random loss plus a tc-bpf program that drops the first retransmission of the first 20 retransmitted segments",
                 Some("000_2e9743cb0abe8e5d.txt"),
-                "000's mechanism: a retransmission lost again is only found late. Random forward loss (nft, 0.1 %; with CUBIC 0.03 % gave only ~10 lost originals in 5 s) makes originals go missing; bpf/retx_drop.bpf.c on the router's receiver-facing egress drops the first retransmission of each of the first 20 segments it sees retransmitted. truth.retx_drop has the program's own counters. 20 ms RTT, tbf 200 Mbit/s, 8 s.",
+                "000's mechanism: a retransmission lost again is only found late. Random forward loss (nft, 0.2 %) makes originals go missing; bpf/retx_drop.bpf.c on the router's receiver-facing egress drops the first retransmission of each of the first 20 segments it sees retransmitted. truth.retx_drop has the program's own counters. 10 ms RTT (000's), tbf 200 Mbit/s, 8 s. Loss caps the rate (about 1/(RTT sqrt(p))), so the number of lost originals grows only with sqrt(p)/RTT: 0.1 % at 20 ms lost about 20 in 8 s and sometimes fewer than the 20 targets; 0.2 % at 10 ms loses about three times as many.",
                 lab(1, p), one_flow(8.0));
             s.expected.push(Expected::new("lost-retransmit", "retransmission-lost", None, None,
                 "retransmissions lost again (TcpExtTCPLostRetransmit > 0, truth.retx_drop.dropped of them); late detection may show as a stop or an RTO"));
