@@ -16,8 +16,19 @@ step "build"
 cargo build --workspace --all-targets --locked 2>&1 | tail -3
 
 step "tests (unit, integration as root, lab)"
+# The live scenario tests append their expected-vs-reported rows here; printed after the tests.
+table=target/tmp/diagnoses.md
+mkdir -p target/tmp && rm -f "$table"
 # Root tests share namespaces, qdiscs and MIB counters: one at a time keeps the counters honest.
-cargo test --workspace --locked --no-fail-fast -- --test-threads=1
+status=0
+cargo test --workspace --locked --no-fail-fast -- --test-threads=1 || status=$?
+if [ -s "$table" ]; then
+  step "diagnoses of the lab scenarios by the live daemon (times in s from the traffic start)"
+  echo "| scenario | expected (truth: start, length) | reported | start | duration | found |"
+  echo "|---|---|---|---|---|---|"
+  sort "$table"
+fi
+[ "$status" -eq 0 ] || exit "$status"
 
 for extra in scripts/ci-*.sh; do
   [ -e "$extra" ] || continue

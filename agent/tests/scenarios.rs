@@ -52,11 +52,21 @@ fn run(name: &str) -> Option<(Truth, Vec<Value>)> {
     Some((truth, f))
 }
 
-/// Runs `name` beside the daemon and judges what it reported; prints the table row.
+/// Runs `name` beside the daemon and judges what it reported; prints the table row and appends it to
+/// `target/tmp/diagnoses.md`, which scripts/test.sh prints at the end of a run.
 fn judged(name: &str) {
     let Some((truth, f)) = run(name) else { return };
     let row: Row = judge::check(name, &truth, &f);
     eprintln!("{row}");
+    let table = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("diagnoses.md");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&table)
+        .and_then(|mut t| std::io::Write::write_all(&mut t, format!("{row}\n").as_bytes()));
+    if let Err(e) = appended {
+        eprintln!("could not append to {}: {e}", table.display());
+    }
 }
 
 #[test]
