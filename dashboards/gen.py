@@ -186,7 +186,7 @@ def fleet():
         panel("timeseries", "BPF map pressure", "Failures the BPF programs counted (storage, retransmission map, options, iterator).",
               [target(f"sum by (instance, kind) (rate(tcpvigil_bpf_errors_total{{{SEL}}}[$__rate_interval]))", "{{instance}} {{kind}}")],
               "ops", 8, y, w=8),
-        panel("timeseries", "BPF CPU by program", "Share of one CPU spent in each BPF program (needs kernel.bpf_stats_enabled=1).",
+        panel("timeseries", "BPF CPU by program", "Share of one CPU spent in each BPF program (estimated from kernel run-time statistics sampled 2 s in every 20 s; bpf.bpf_stats).",
               [target(f"sum by (instance, prog) (rate(tcpvigil_bpf_prog_run_time_seconds_total{{{SEL}}}[$__rate_interval]))", "{{instance}} {{prog}}")],
               "percentunit", 16, y, w=8),
     ]

@@ -106,7 +106,7 @@ def series(f):
     return out
 m0, m1 = series(f"{w}/m0"), series(f"{w}/m1")
 d = lambda k: m1.get(k, 0) - m0.get(k, 0)
-acks = d('tcpvigil_bpf_prog_runs_total{prog="tp_btf/tcp_probe"}')
+acks = sum(c for c, n, _ in rows if n == "tv_tcp_probe")
 samples, events = d('tcpvigil_kernel_records_total{kind="sample"}'), d('tcpvigil_kernel_records_total{kind="event"}')
 if acks:
     print(f"records handed to the daemon: {samples:.0f} samples and {events:.0f} events for {acks:.0f} ACKs "

@@ -17,7 +17,8 @@ pub struct BpfConfig {
     pub snapshot_interval_ms: u64,
     /// Ring buffer size in MiB (a power of two).
     pub ringbuf_mib: u32,
-    /// Collect the kernel's per-program run time (bpf_stats) for the health metrics.
+    /// Estimate each program's run time for the health metrics from the kernel's run-time
+    /// statistics, switched on for 2 s of every 20 s (bpf/runstats.rs).
     pub bpf_stats: bool,
     /// Events the reader thread may queue for the daemon before it counts drops.
     pub channel: usize,

@@ -117,10 +117,19 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			 * time was per-ACK work for the daemon. */
 			if (st->drained_sent)
 				return 0;
-			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 			struct tcp_sock *t = bpf_skc_to_tcp_sock(sk);
-			if (!t || BPF_CORE_READ(cb, ack_seq) != t->snd_nxt || t->snd_una == t->snd_nxt ||
-			    t->bytes_acked < cfg->bulk_min_bytes)
+			if (!t)
+				return 0;
+			if (t->snd_una == t->snd_nxt || t->bytes_acked < cfg->bulk_min_bytes) {
+				/* Nothing in flight (a receiver's data segment, or drained by an
+				 * earlier ACK) or not bulk: nothing to report until the next sample. */
+				st->drained_sent = 1;
+				return 0;
+			}
+			/* A direct load (skb is a trusted BTF pointer here), not a probe read:
+			 * on a long path this runs on every ACK between samples. */
+			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+			if (cb->ack_seq != t->snd_nxt)
 				return 0;
 			tv_emit_drained(sk, t, cb, bpf_ktime_get_ns());
 			st->last_sample_j = jnow;
@@ -149,6 +158,13 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		st->pending = 0;
 		st->last_sample_j = jnow;
 		st->drained_sent = 0;
+		/* The ACK that flushed it may empty the pipe and be the last for a while. */
+		struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+		if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt) {
+			tv_emit_drained(sk, tp, cb, now);
+			st->drained_sent = 1;
+			return 0;
+		}
 	}
 	/* Nothing outstanding (a data segment to a receiver, not an ACK of ours) or not bulk yet:
 	 * back to the fast path until the next interval, or every segment would come this way. */

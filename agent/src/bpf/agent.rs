@@ -15,6 +15,7 @@ use super::abi::tv_stat;
 use super::decode::decode;
 use super::load::{load, prog_ref, set_selection, Settings};
 use super::netns;
+use super::runstats::{Raw, RunStats};
 use super::tuples::Tuples;
 use super::variants::Variants;
 use crate::model::filter::Rule;
@@ -31,8 +32,8 @@ pub struct Counters {
     pub netns: AtomicU64,
     /// Kernel-side counters (enum tv_stat), summed over CPUs.
     pub kernel: Mutex<Vec<u64>>,
-    /// Per program: (section, run time ns, run count), when BPF stats are on.
-    /// Per program: (label, run time ns, runs, recursion misses). Time and runs need bpf_stats; misses are always counted.
+    /// Per program: (label, run time ns, runs, recursion misses). Time and runs are estimates from
+    /// sampled kernel statistics (see runstats.rs), zero without bpf_stats; misses are always counted.
     pub prog_stats: Mutex<Vec<(String, u64, u64, u64)>>,
 }
 
@@ -140,7 +141,7 @@ fn owner(
     stop: Arc<AtomicBool>,
     ready: &std_mpsc::Sender<Result<()>>,
 ) -> Result<()> {
-    let _stats_fd = if bpf_stats { enable_bpf_stats() } else { None };
+    let mut run_stats = RunStats::new(bpf_stats, Instant::now());
     let mut storage = MaybeUninit::uninit();
     let mut loaded = load(&mut storage, &variants, &settings)?;
     let own_ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening own network namespace")?;
@@ -183,6 +184,7 @@ fn owner(
         // Read the clock after draining: everything stamped before it has been handed over.
         let _ = rb.consume();
         let _ = tx.try_send(Msg::Drained(mono_ns()));
+        run_stats.tick(Instant::now(), enable_bpf_stats, || raw_prog_stats(&loaded.skel, &progs));
         while let Ok(Ctl::Select { all, rules }) = ctl.try_recv() {
             if let Err(e) = set_selection(&loaded.skel, &mut loaded.cfg, all, &rules) {
                 tracing::warn!("updating the selection: {e:#}");
@@ -192,25 +194,35 @@ fn owner(
             next_snap = Instant::now() + snap_every;
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
             read_kernel_stats(&loaded.skel, &counters);
-            read_prog_stats(&loaded.skel, &progs, &counters);
+            read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
         }
     }
     // Drain what is already in the ring buffer before detaching; the last counts for the summary.
     let _ = rb.consume();
     read_kernel_stats(&loaded.skel, &counters);
-    read_prog_stats(&loaded.skel, &progs, &counters);
+    read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
     drop(rb);
     drop(loaded);
     Ok(())
 }
 
-/// Run time, runs and recursion misses of every attached program. Misses (a program skipped because it
-/// was already running on that CPU) are counted by the kernel whether or not bpf_stats is on.
-fn read_prog_stats(skel: &super::skel::TcpvigilSkel<'_>, progs: &[super::variants::Prog], counters: &Counters) {
-    let v: Vec<(String, u64, u64, u64)> = progs
+/// Raw run time, runs and recursion misses of every attached program, as the kernel counts them.
+fn raw_prog_stats(skel: &super::skel::TcpvigilSkel<'_>, progs: &[super::variants::Prog]) -> Vec<(String, Raw)> {
+    progs
         .iter()
-        .filter_map(|p| prog_run_stats(prog_ref(skel, *p).as_fd()).map(|(t, n, m)| (p.label().to_string(), t, n, m)))
-        .collect();
+        .filter_map(|p| prog_run_stats(prog_ref(skel, *p).as_fd()).map(|r| (p.label().to_string(), r)))
+        .collect()
+}
+
+/// Estimated run time and runs, and recursion misses (a program skipped because it was already
+/// running on that CPU, counted by the kernel whether or not statistics are on), for exporters.
+fn read_prog_stats(
+    skel: &super::skel::TcpvigilSkel<'_>,
+    progs: &[super::variants::Prog],
+    counters: &Counters,
+    run_stats: &RunStats,
+) {
+    let v = run_stats.report(raw_prog_stats(skel, progs));
     if let Ok(mut s) = counters.prog_stats.lock() {
         *s = v;
     }

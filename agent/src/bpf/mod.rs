@@ -4,6 +4,7 @@ pub mod agent;
 pub mod decode;
 pub mod load;
 pub mod netns;
+pub mod runstats;
 pub mod tuples;
 pub mod variants;
 

@@ -214,13 +214,13 @@ impl HealthSeries {
         r.register("hook_variant_info", "Hook variant in use for each need (always 1)", self.variants.clone());
         r.register_with_unit(
             "bpf_prog_run_time",
-            "Time spent in each BPF program (needs kernel.bpf_stats_enabled=1)",
+            "Time spent in each BPF program, estimated from kernel run-time statistics sampled 2 s in every 20 s (bpf.bpf_stats)",
             Unit::Seconds,
             self.prog_run_time.clone(),
         );
         r.register(
             "bpf_prog_runs",
-            "Runs of each BPF program (needs kernel.bpf_stats_enabled=1)",
+            "Runs of each BPF program, estimated from kernel run-time statistics sampled 2 s in every 20 s (bpf.bpf_stats)",
             self.prog_runs.clone(),
         );
         r.register(
