@@ -202,7 +202,8 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
         stats.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(0)
     };
     let cap_dropped = stat("dropped by kernel") + stat("received by filter").saturating_sub(stat("packets captured"));
-    let (rec, _) = rec.finish();
+    let (rec, log) = rec.finish();
+    eprintln!("{log}");
     let text = sh(&format!("tcpdump -S -n -r {} 2>/dev/null", pcap.display()));
     eprintln!("{}", text.lines().filter(|l| l.contains("sack")).take(3).collect::<Vec<_>>().join("\n"));
     let _ = std::fs::remove_file(&pcap);

@@ -135,13 +135,12 @@ static __always_inline void tv_count(__u32 which)
 
 /* Records are handed over without waking the reader, which polls every 20 ms anyway: a wakeup
  * per record cost about 10 us per ACK on a 2-vCPU VM (scripts/bench-datapath.sh). Only a buffer
- * filling up (1 MiB of its 8 MiB waiting) wakes it early. */
-#define TV_WAKE_BYTES (1 << 20)
-
+ * filling up (an eighth of it waiting: 1 MiB of the default 8) wakes it early. */
 static __always_inline void tv_submit(void *rec)
 {
-	__u64 flags = bpf_ringbuf_query(&tv_events, BPF_RB_AVAIL_DATA) > TV_WAKE_BYTES ? BPF_RB_FORCE_WAKEUP
-										       : BPF_RB_NO_WAKEUP;
+	__u64 size = bpf_ringbuf_query(&tv_events, BPF_RB_RING_SIZE);
+	__u64 flags = bpf_ringbuf_query(&tv_events, BPF_RB_AVAIL_DATA) > size / 8 ? BPF_RB_FORCE_WAKEUP
+										   : BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(rec, flags);
 }
 
