@@ -1,7 +1,7 @@
 //! The data path against the kernel's own truth: MIB counters, a packet capture, `check`.
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
 use std::time::Duration;
 
@@ -144,16 +144,18 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
     assert!(c.lost_retrans >= 1, "retransmissions were lost again");
 }
 
-/// SACK blocks as tcpdump prints them: `sack 2 {a:b}{c:d}`, absolute with -S.
-fn capture_blocks(text: &str) -> BTreeSet<(u32, u32)> {
-    let mut out = BTreeSet::new();
+/// SACK blocks as `tcpdump -tt -S` prints them (`1763900000.123456 IP ... sack 2 {a:b}{c:d}`),
+/// each with the time (Unix seconds) of the first ACK that carried it.
+fn capture_blocks(text: &str) -> BTreeMap<(u32, u32), f64> {
+    let mut out = BTreeMap::new();
     for line in text.lines() {
         let Some(i) = line.find("sack ") else { continue };
+        let t: f64 = line.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or(f64::MAX);
         for part in line[i..].split('{').skip(1) {
             let Some(body) = part.split('}').next() else { continue };
             if let Some((a, b)) = body.split_once(':') {
                 if let (Ok(a), Ok(b)) = (a.parse(), b.parse()) {
-                    out.insert((a, b));
+                    out.entry((a, b)).or_insert(t);
                 }
             }
         }
@@ -187,6 +189,7 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
         let _ = err.read_line(&mut line);
     }
     let rec = Recorder::start(&["--conn", &format!(":{port}")], 6);
+    let mib_before = p.mib(&p.snd);
     let j = p.iperf_client(port, 3, &["-C", "cubic"]);
     eprintln!("iperf3 moved {} bytes", j["end"]["sum_sent"]["bytes"]);
     std::thread::sleep(Duration::from_millis(1000));
@@ -204,11 +207,33 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
     let cap_dropped = stat("dropped by kernel") + stat("received by filter").saturating_sub(stat("packets captured"));
     let (rec, log) = rec.finish();
     eprintln!("{log}");
-    let text = sh(&format!("tcpdump -S -n -r {} 2>/dev/null", pcap.display()));
+    let mib_after = p.mib(&p.snd);
+    eprintln!(
+        "sender: TcpInSegs {} TCPBacklogCoalesce {} TCPBacklogDrop {}",
+        delta(&mib_before, &mib_after, "TcpInSegs"),
+        delta(&mib_before, &mib_after, "TcpExtTCPBacklogCoalesce"),
+        delta(&mib_before, &mib_after, "TcpExtTCPBacklogDrop")
+    );
+    let text = sh(&format!("tcpdump -tt -S -n -r {} 2>/dev/null", pcap.display()));
     eprintln!("{}", text.lines().filter(|l| l.contains("sack")).take(3).collect::<Vec<_>>().join("\n"));
     let _ = std::fs::remove_file(&pcap);
-    let on_wire = capture_blocks(&text);
     let sns = netns_inode(&p.snd);
+    // tcp_probe fires only in ESTABLISHED: the ACKs that arrive after the sender's data socket left
+    // it (CLOSE_WAIT when iperf3's receiver closes first, FIN_WAIT1 when the sender does; the last
+    // send buffer may still be in recovery) are not sampled, so the blocks that must all be in
+    // samples are those of the ACKs captured before that.
+    let closed_ns = rec
+        .events
+        .iter()
+        .filter(|e| e.conn.netns == sns && matches!(&e.body, Body::State(s) if s.old == 1 && s.new != 1))
+        .map(|e| e.ts_ns as i64 + rec.header.mono_to_unix_ns)
+        .min();
+    let cut = closed_ns.map_or(f64::MAX, |ns| ns as f64 / 1e9);
+    let wire = capture_blocks(&text);
+    let on_wire: BTreeSet<(u32, u32)> = wire.keys().copied().collect();
+    let before_fin: BTreeSet<(u32, u32)> = wire.iter().filter(|(_, t)| **t < cut).map(|(b, _)| *b).collect();
+    let last_ack = text.lines().filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok()).fold(0.0, f64::max);
+    eprintln!("sender's first socket left ESTABLISHED at {cut:.6}, last ACK captured at {last_ack:.6}");
     let mut in_samples = BTreeSet::new();
     for e in rec.events.iter().filter(|e| e.conn.netns == sns) {
         if let Body::Sample(s) = &e.body {
@@ -216,28 +241,61 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
         }
     }
     assert!(on_wire.len() > 20, "the capture saw SACK blocks: {}", on_wire.len());
-    let missing: Vec<_> = on_wire.difference(&in_samples).collect();
+    let missing: Vec<_> = before_fin.difference(&in_samples).collect();
     let invented: Vec<_> = in_samples.difference(&on_wire).collect();
     eprintln!(
-        "SACK blocks: {} on the wire, {} in samples, {} missed, {} not on the wire",
+        "SACK blocks: {} on the wire ({} before the sender left ESTABLISHED), {} in samples, {} missed, {} not on the wire",
         on_wire.len(),
+        before_fin.len(),
         in_samples.len(),
         missing.len(),
         invented.len()
     );
     eprintln!("tcpdump: {}", stats.replace('\n', "; "));
+    for b in &missing {
+        let line = text.lines().find(|l| l.contains(&format!("{{{}:{}}}", b.0, b.1))).unwrap_or("");
+        eprintln!("missed {b:?}, first on the wire {:.6} s before the sender left ESTABLISHED: {line}", cut - wire[*b]);
+        if std::env::var_os("TV_DEBUG_MISSED").is_some() {
+            let mut lines: Vec<(f64, String)> = Vec::new();
+            for e in rec.events.iter().filter(|e| e.conn.netns == sns) {
+                let t = (e.ts_ns as i64 + rec.header.mono_to_unix_ns) as f64 / 1e9;
+                if t - wire[*b] > -0.3 && t - wire[*b] < 0.005 {
+                    let what = match &e.body {
+                        Body::Sample(x) => format!("sample {:?} ack {} ca {} sacked {} sack {:?}", x.src, x.ack_seq, x.ca_state, x.sacked_out, x.sack),
+                        Body::CaState(x) => format!("ca {} -> {}", x.old, x.new),
+                        Body::Retrans(x) => format!("retrans {} ca {}", x.seq, x.ca_state),
+                        other => format!("{other:?}").chars().take(100).collect(),
+                    };
+                    lines.push((t, format!("  ev {t:.6} {} {what}", e.conn.cookie)));
+                }
+            }
+            for l in text.lines() {
+                let t: f64 = l.split_whitespace().next().and_then(|t| t.parse().ok()).unwrap_or(0.0);
+                if t - wire[*b] > -0.3 && t - wire[*b] < 0.005 {
+                    lines.push((t, format!("  wire {}", &l[..l.len().min(200)])));
+                }
+            }
+            lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (_, l) in lines {
+                eprintln!("{l}");
+            }
+        }
+    }
     assert!(
         invented.len() <= cap_dropped,
         "samples carry blocks no ACK had: {:?} (wire sample {:?})",
         &invented[..invented.len().min(5)],
         on_wire.iter().take(5).collect::<Vec<_>>()
     );
-    // tcp_probe fires only in ESTABLISHED: ACKs that arrive after the sender's FIN (its last
-    // window) are not sampled. Seen: 0 of 492, 0 of 231, 2 of 169 missed.
+    // Before the close every block must be in a sample. Seen in about one run in ten here: a gap of
+    // a few consecutive ACKs (0.9-3 ms) with neither a sample nor a congestion-state record, while
+    // the kernel reports no recursion miss and the ring buffer no loss (TV_DEBUG_MISSED=1 prints
+    // the records and the capture around each missed block); 2 blocks each time. 4 (or 1 %) are
+    // allowed for it.
     assert!(
-        missing.len() * 100 <= on_wire.len() * 3,
-        "more than 3% of captured blocks missing from samples: {:?}",
-        &missing[..missing.len().min(5)]
+        missing.len() <= 4 || missing.len() * 100 <= before_fin.len(),
+        "blocks captured before the sender left ESTABLISHED missing from samples (block, s before that): {:?}",
+        missing.iter().take(10).map(|b| (b, cut - wire[b])).collect::<Vec<_>>()
     );
 }
 

@@ -90,10 +90,23 @@ static __always_inline void tv_emit_ca(struct sock *sk, struct tcp_sock *tp, __u
 	tv_count(TV_ST_EVENTS);
 }
 
+/* Emit the ACK whose blocks wait for the post-ACK state when no next ACK will bring it: the
+ * connection went quiet (a snapshot) or left ESTABLISHED, after which tcp_probe is not called. */
+static __always_inline void tv_flush_pending(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st, __u64 cookie)
+{
+	if (!st->pending)
+		return;
+	tv_emit_sample(sk, tp, cookie, st->pending_ts, st->pending_ack, st->pending_sack, st->pending_nsack,
+		       TV_SRC_FLUSH, st->selected ? TV_SF_SELECTED : 0);
+	st->pending = 0;
+	st->drained_sent = 0;
+}
+
 /* Fallback (every kernel with tp_btf, 4.16+; SACK parsing needs 5.5+ for bpf_probe_read_kernel).
  * tcp_probe fires before tcp_ack(): the socket still holds the state after the previous ACK.
  * So the SACK blocks of ACK n are kept in sk_storage and emitted with the state read when
- * ACK n+1 arrives (or when a snapshot flushes them) — post-ACK state, one ACK later. */
+ * ACK n+1 arrives (or a snapshot or the end of ESTABLISHED flushes them) — post-ACK state, one
+ * ACK later. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {

@@ -23,17 +23,10 @@ int tv_iter(struct bpf_iter__tcp *ctx)
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	__u64 now = bpf_ktime_get_ns();
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (st) {
-		if (st->pending) {
-			/* The connection went quiet after its last sampled ACK: report it now. */
-			tv_emit_sample(sk, tp, cookie, st->pending_ts, st->pending_ack, st->pending_sack,
-				       st->pending_nsack, TV_SRC_FLUSH, st->selected ? TV_SF_SELECTED : 0);
-			st->pending = 0;
-			st->drained_sent = 0;
-		}
-	} else {
+	if (st)
+		tv_flush_pending(sk, tp, st, cookie); /* quiet since its last sampled ACK */
+	else
 		tv_count(TV_ST_STORAGE_FAIL);
-	}
 	/* Sockets older than the agent never passed ESTABLISHED_CB: ask for the callbacks here,
 	 * keeping whatever other programs asked for. TCP_BPF_SOCK_OPS_CB_FLAGS is refused by
 	 * older kernels; that only costs their RTOs. */

@@ -110,12 +110,20 @@ int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
 	/* Only transitions that matter to a connection table: established and closed. */
 	if (new != TCP_ESTABLISHED && new != 7 /* TCP_CLOSE */ && old != TCP_ESTABLISHED)
 		return 0;
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	if (old == TCP_ESTABLISHED) {
+		/* tcp_probe sees no ACK after this: the last one's blocks would wait forever. */
+		struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (st && tp)
+			tv_flush_pending(sk, tp, st, cookie);
+	}
 	struct tv_state *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
 	if (!e) {
 		tv_count(TV_ST_RB_FULL);
 		return 0;
 	}
-	tv_fill_hdr(&e->h, sk, bpf_get_socket_cookie(sk), TV_K_STATE, sizeof(*e), bpf_ktime_get_ns());
+	tv_fill_hdr(&e->h, sk, cookie, TV_K_STATE, sizeof(*e), bpf_ktime_get_ns());
 	e->old_state = old;
 	e->new_state = new;
 	__builtin_memset(e->_pad, 0, sizeof(e->_pad));

@@ -27,7 +27,7 @@ enum tv_kind {
 enum tv_sample_src {
 	TV_SRC_SACKTAG = 1, /* fexit/tcp_sacktag_write_queue: exact, paper-000 point */
 	TV_SRC_PROBE = 2,   /* tp_btf/tcp_probe joined with the next ACK (post-ACK state) */
-	TV_SRC_FLUSH = 3,   /* pending ACK flushed by a snapshot (connection went quiet) */
+	TV_SRC_FLUSH = 3,   /* pending ACK flushed: connection went quiet, or left ESTABLISHED */
 };
 
 /* Bits of tv_snap.opts. */

@@ -39,7 +39,8 @@ pub enum SampleSrc {
     Sacktag,
     /// tcp_probe joined with the next ACK: state after the ACK was fully processed.
     Probe,
-    /// A pending ACK flushed by a snapshot because no further ACK came.
+    /// A pending ACK flushed because no further ACK came: the connection went quiet (a snapshot) or
+    /// left ESTABLISHED.
     Flush,
 }
 
