@@ -10,7 +10,6 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod recorder;
-pub mod sdnotify;
 pub mod webconfig;
 
 #[cfg(test)]

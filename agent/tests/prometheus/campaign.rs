@@ -153,7 +153,7 @@ fn run_campaign() -> Result<Campaign, String> {
         let from = unix_s(truth.traffic_start.unix_ns);
         let all = daemon.findings();
         let during = |f: &&Value| {
-            let ts = f["ts"].as_str().map(crate::support::rfc3339).unwrap_or(f64::NAN);
+            let ts = f["ts"].as_str().map(crate::support::judge::parse_rfc3339).unwrap_or(f64::NAN);
             ts >= from - 1.0 && ts <= to
         };
         let (findings, foreign): (Vec<Value>, Vec<Value>) =

@@ -222,19 +222,3 @@ fn rand_suffix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(0)
 }
 
-/// Unix seconds of an RFC 3339 UTC time as the exporters write it (`2026-11-22T11:58:02.575Z`).
-pub fn rfc3339(s: &str) -> f64 {
-    let (date, time) = s.split_once('T').unwrap_or(("", ""));
-    let d: Vec<i64> = date.split('-').filter_map(|x| x.parse().ok()).collect();
-    let t: Vec<f64> = time.trim_end_matches('Z').split(':').filter_map(|x| x.parse().ok()).collect();
-    if d.len() != 3 || t.len() != 3 {
-        return f64::NAN;
-    }
-    let (y, m, day) = (d[0], d[1], d[2]);
-    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    (era * 146_097 + doe - 719_468) as f64 * 86_400.0 + t[0] * 3600.0 + t[1] * 60.0 + t[2]
-}
