@@ -261,7 +261,10 @@ fn sack_blocks_in_samples_match_a_packet_capture_of_the_same_acks() {
                 let t = (e.ts_ns as i64 + rec.header.mono_to_unix_ns) as f64 / 1e9;
                 if t - wire[*b] > -0.3 && t - wire[*b] < 0.005 {
                     let what = match &e.body {
-                        Body::Sample(x) => format!("sample {:?} ack {} ca {} sacked {} sack {:?}", x.src, x.ack_seq, x.ca_state, x.sacked_out, x.sack),
+                        Body::Sample(x) => format!(
+                            "sample {:?} ack {} ca {} sacked {} sack {:?}",
+                            x.src, x.ack_seq, x.ca_state, x.sacked_out, x.sack
+                        ),
                         Body::CaState(x) => format!("ca {} -> {}", x.old, x.new),
                         Body::Retrans(x) => format!("retrans {} ca {}", x.seq, x.ca_state),
                         other => format!("{other:?}").chars().take(100).collect(),
