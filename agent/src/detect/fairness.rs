@@ -149,6 +149,9 @@ struct GroupState {
     behind_since: HashMap<u64, u64>,
     /// The slowest stream at the last evaluation (named when the group ends with its streams).
     slowest: Option<ConnId>,
+    /// The evidence of the last evaluation (its streams, shares and index), carried by the finding
+    /// that ends a reported group when its streams close.
+    last_evidence: Option<serde_json::Value>,
 }
 
 pub struct FairnessDetector {
@@ -257,6 +260,7 @@ impl FairnessDetector {
             };
             let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
             st.slowest = slowest;
+            st.last_evidence = Some(evidence(st));
             if unfair {
                 st.fair_since = None;
                 let since = *st.unfair_since.get_or_insert(now);
@@ -311,7 +315,12 @@ impl FairnessDetector {
                     duration_s: Some(now.saturating_sub(start) as f64 / 1e9),
                     ongoing: false,
                     cause: "unfair_streams".into(),
-                    evidence: json!({ "ended": "streams_closed", "streams_left": live.get(key).copied().unwrap_or(0) }),
+                    evidence: {
+                        let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));
+                        e["ended"] = json!("streams_closed");
+                        e["streams_left"] = json!(live.get(key).copied().unwrap_or(0));
+                        e
+                    },
                 });
             }
             false
@@ -422,6 +431,11 @@ mod tests {
         assert!(!end.ongoing && end.group == out[0].group && end.start_ns == out[0].start_ns, "{end:?}");
         assert_eq!(end.conn.map(|c| c.cookie), Some(2));
         assert!(end.duration_s.is_some_and(|d| d > 5.0), "{end:?}");
+        // It still names every stream with its share (a dump draws the group from them).
+        assert_eq!(end.evidence["ended"], "streams_closed");
+        let streams = end.evidence["streams"].as_array().expect("streams in the end report");
+        assert_eq!(streams.len(), 4, "{end:?}");
+        assert!(streams.iter().any(|s| s["cookie"] == 2 && s["share"].as_f64().unwrap() < 0.05));
         // Nothing is kept for it, and nothing more is reported.
         assert!(d.groups.is_empty());
         d.tick(t + 2_000_000_000, &table, &mut out);
