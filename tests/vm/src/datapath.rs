@@ -132,6 +132,11 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect, o: &Opts) -> Result<(
     r.check("datapath-transfer", sent > 0 && sent == got, &format!("{sent} bytes sent, {got} received"));
 
     let exact = rec.variant("lost_retrans").starts_with("fentry");
+    // With the 6.17+ tracepoint (sk, skb, err) the kernel's count is now and then 1-3 segments
+    // higher than the tracepoint reported (host 6.18: 154 vs 155 in one CI run; no recursion miss,
+    // no ring loss): the same 3 % (at least 2) below as the host's own data-path test allows.
+    let retrans_slack =
+        |kernel: i64| if rec.variant("retrans").contains("err") { (kernel * 3 / 100).max(2) } else { 0 };
     let mut sender_counts = Counts::default();
     for (side, ns, b, a) in [("sender", sns, &b_snd, &a_snd), ("receiver", rns, &b_rcv, &a_rcv)] {
         let c = counts(&rec, ns, exact);
@@ -157,6 +162,9 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect, o: &Opts) -> Result<(
             let ok = if what == "lost-retrans" && !exact {
                 detail.push_str(&format!(" ({} in flight at RTOs)", c.rto_retrans_out));
                 agent <= kernel && kernel - agent <= c.rto_retrans_out + kernel * 3 / 100
+            } else if what == "retrans" && retrans_slack(kernel) > 0 {
+                detail.push_str(&format!(" (at most {} below with the 6.17+ tracepoint)", retrans_slack(kernel)));
+                agent <= kernel && kernel - agent <= retrans_slack(kernel)
             } else {
                 agent == kernel
             };
