@@ -149,8 +149,8 @@ struct GroupState {
     behind_since: HashMap<u64, u64>,
     /// The slowest stream at the last evaluation (named when the group ends with its streams).
     slowest: Option<ConnId>,
-    /// The evidence of the last evaluation (its streams, shares and index), carried by the finding
-    /// that ends a reported group when its streams close.
+    /// While the group is reported, the evidence of its last evaluation (streams, shares, index),
+    /// carried by the finding that ends it when its streams close.
     last_evidence: Option<serde_json::Value>,
 }
 
@@ -260,7 +260,6 @@ impl FairnessDetector {
             };
             let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
             st.slowest = slowest;
-            st.last_evidence = Some(evidence(st));
             if unfair {
                 st.fair_since = None;
                 let since = *st.unfair_since.get_or_insert(now);
@@ -298,6 +297,8 @@ impl FairnessDetector {
                     }
                 }
             }
+            // Kept only while reported: the end report of a group whose streams close carries it.
+            st.last_evidence = st.reported.map(|_| evidence(st));
         }
         // A group with fewer than two streams left (the transfer finished or was stopped) is
         // over: an unfair report ends with it, and its state goes.

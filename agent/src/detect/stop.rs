@@ -479,10 +479,8 @@ mod tests {
                         rto_us: (*wait * 1000) as u32,
                         backoff: i as u32,
                         cwnd: 1,
-                        snd_una: 0,
-                        snd_nxt: 0,
                         packets_out: 50,
-                        retrans_out: 0,
+                        ..Default::default()
                     }),
                 ),
                 &mut out,
@@ -520,10 +518,8 @@ mod tests {
                     rto_us: 220_000,
                     backoff: 0,
                     cwnd: 1,
-                    snd_una: 0,
-                    snd_nxt: 0,
                     packets_out: 50,
-                    retrans_out: 0,
+                    ..Default::default()
                 }),
             ),
             &mut out,

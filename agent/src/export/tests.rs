@@ -202,16 +202,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     m.on_event(&ev(
         3,
         conn(1),
-        Body::Rto(Rto {
-            retransmits: 1,
-            rto_us: 200_000,
-            backoff: 1,
-            cwnd: 1,
-            snd_una: 0,
-            snd_nxt: 0,
-            packets_out: 1,
-            retrans_out: 0,
-        }),
+        Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, packets_out: 1, ..Default::default() }),
     ));
     m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
     m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));

@@ -214,10 +214,8 @@ async fn serve_synthetic_metrics_for_prometheus() {
                 rto_us: 200_000,
                 backoff: 1,
                 cwnd: 1,
-                snd_una: 0,
-                snd_nxt: 0,
                 packets_out: 1,
-                retrans_out: 0,
+                ..Default::default()
             }),
         ));
         if k == 1 {

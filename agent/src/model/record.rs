@@ -134,7 +134,7 @@ pub struct CaState {
     pub retrans_out: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Rto {
     /// Consecutive timeouts before this one (icsk_retransmits).
     pub retransmits: u32,
