@@ -30,6 +30,13 @@ impl Stamp {
         Stamp { mono_ns: mono_ns(), unix_ns: read(libc::CLOCK_REALTIME) }
     }
 
+    /// Both clocks `ahead` from now: a start every thread can wait for.
+    pub fn ahead(ahead: std::time::Duration) -> Self {
+        let n = Stamp::now();
+        let d = ahead.as_nanos() as u64;
+        Stamp { mono_ns: n.mono_ns + d, unix_ns: n.unix_ns + d }
+    }
+
     /// Seconds from `earlier` to `self` on the monotonic clock (negative if earlier is later).
     pub fn secs_since(&self, earlier: &Stamp) -> f64 {
         (self.mono_ns as i128 - earlier.mono_ns as i128) as f64 / 1e9

@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How far ahead of the launch the traffic start is set (see `Scenario::run`).
+const TRAFFIC_LEAD_MS: u64 = 150;
+
 /// Set by Ctrl-C handling (or a caller) to make a running scenario stop early.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -143,8 +146,12 @@ impl Scenario {
         let stop = Arc::new(AtomicBool::new(false));
         let samples: Mutex<Vec<SsSample>> = Mutex::new(Vec::new());
         let event_log: Mutex<Vec<Injection>> = Mutex::new(Vec::new());
-        let t0 = Instant::now();
-        let traffic_start = Stamp::now();
+        // Traffic and events count from a start a moment ahead, so the clients, samplers and event
+        // thread are all spawned and waiting when it comes: starting "now" let the first client
+        // start late (thread spawns and `ss` on a busy machine), which shortened a staggered spread.
+        let lead = Duration::from_millis(TRAFFIC_LEAD_MS);
+        let t0 = Instant::now() + lead;
+        let traffic_start = Stamp::ahead(lead);
         progress(opts.progress, &format!("{}: traffic for up to {:.0} s", self.name, self.traffic.max_seconds()));
         let lab_ref: &Lab = lab;
         let outcome = std::thread::scope(|scope| -> Result<(Vec<traffic::FlowResult>, Option<plain::PlainResult>)> {
@@ -202,6 +209,9 @@ impl Scenario {
                             std::thread::sleep(Duration::from_millis(20));
                         }
                     });
+                    while Instant::now() < t0 {
+                        std::thread::sleep(t0.saturating_duration_since(Instant::now()));
+                    }
                     let r = plain::run_plain(lab_ref, spec, plain_stop.clone());
                     plain_stop.store(true, Ordering::Relaxed);
                     let _ = watcher.join();

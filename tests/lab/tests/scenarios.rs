@@ -104,15 +104,18 @@ fn every_scenario_runs_end_to_end_and_shows_its_phenomenon() {
         let res = sc.run(&opts).and_then(|t| Truth::load(&t.run_dir.join("truth.json")));
         match res {
             Ok(t) => {
+                let starts: Vec<String> =
+                    t.flows.iter().map(|f| format!("{:+.1}", f.started.secs_since(&t.traffic_start) * 1e3)).collect();
                 eprintln!(
-                    "{:<22} {:>6.1} Mbit/s eff {:>5.2} jain {:>5.3} rto {:>2} lostretx {:>4} ({:.0} s)",
+                    "{:<22} {:>6.1} Mbit/s eff {:>5.2} jain {:>5.3} rto {:>2} lostretx {:>4} ({:.0} s) clients at [{}] ms",
                     sc.name,
                     t.summary.goodput_mbit,
                     t.summary.efficiency.unwrap_or(0.0),
                     t.summary.jain_index.unwrap_or(0.0),
                     t.summary.rto_timeouts,
                     t.summary.lost_retransmits,
-                    started.elapsed().as_secs_f64()
+                    started.elapsed().as_secs_f64(),
+                    starts.join(", ")
                 );
                 if let Err(e) = check(&t) {
                     failures.push(format!("{}: {e}", sc.name));
