@@ -16,12 +16,33 @@ pub struct PingStats {
     pub avg_ms: f64,
     pub max_ms: f64,
     pub mdev_ms: f64,
+    /// Each reply's RTT in order (only when ping ran without `-q`).
+    #[serde(default)]
+    pub rtts_ms: Vec<f64>,
 }
 
-/// Parses ping's summary lines.
+impl PingStats {
+    /// The median of the replies' RTTs (None with `-q` output).
+    pub fn median_ms(&self) -> Option<f64> {
+        let mut v = self.rtts_ms.clone();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| {
+            if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+            }
+        })
+    }
+}
+
+/// Parses ping's summary lines and, without `-q`, each reply's `time=`.
 pub fn parse_ping(out: &str) -> Result<PingStats> {
     let mut st = PingStats::default();
     for line in out.lines() {
+        if let Some(t) = line.split(" time=").nth(1).and_then(|r| r.split(" ms").next()?.trim().parse().ok()) {
+            st.rtts_ms.push(t);
+        }
         if line.contains("packets transmitted") {
             let nums: Vec<u32> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             if nums.len() >= 2 {
@@ -280,6 +301,11 @@ mod tests {
             .unwrap_or_default();
         assert_eq!((p.sent, p.received), (20, 19));
         assert!((p.avg_ms - 10.552).abs() < 1e-9);
+        assert_eq!(p.median_ms(), None);
+        let r = parse_ping("64 bytes from 10.72.1.2: icmp_seq=1 ttl=63 time=10.4 ms\n64 bytes from 10.72.1.2: icmp_seq=2 ttl=63 time=20.1 ms\n64 bytes from 10.72.1.2: icmp_seq=3 ttl=63 time=10.2 ms\n3 packets transmitted, 3 received, 0% packet loss, time 100ms\n")
+            .unwrap_or_default();
+        assert_eq!(r.rtts_ms, vec![10.4, 20.1, 10.2]);
+        assert_eq!(r.median_ms(), Some(10.4));
         let a = parse_nstat("#kernel\nTcpRetransSegs 5 0.0\nIpInReceives 10 0.0\n");
         let b = parse_nstat("#kernel\nTcpRetransSegs 9 0.0\nIpInReceives 10 0.0\n");
         let d = nstat_delta(&a, &b);
