@@ -6,8 +6,9 @@ use crate::{LAB_TRANSFER, UNFAIR_SCENARIO};
 
 /// What an expression needs before it can have data.
 enum Need {
-    /// A situation the campaign never produces; the expression must still evaluate, and with its
-    /// thresholds removed it must return data (the metrics and labels it reads exist).
+    /// A situation the campaign does not produce, or not in every run; the expression must still
+    /// evaluate, and with its thresholds removed it must return data (the metrics and labels it
+    /// reads exist).
     Never(&'static str),
     /// An unfair group: data is required when the unfair scenario's truth is unfair.
     UnfairTruth(&'static str),
@@ -23,6 +24,12 @@ const EXCEPTED: &[(&str, Need)] = &[
     ),
     ("alert TcpvigilDroppingData", Need::Never("the agent losing ring-buffer records or failing to decode them")),
     ("alert TcpvigilMapPressure", Need::Never("BPF map or socket-storage failures")),
+    (
+        "alert TcpvigilBpfProgramSkipped",
+        Need::Never(
+            "the kernel skipping a program already running on that CPU: most campaigns have some, one CI run none",
+        ),
+    ),
     ("alert TcpvigilUnfairGroup", Need::UnfairTruth("the agent finds a group unfair")),
     ("tcpvigil_group_", Need::UnfairTruth("group series exist only while the agent finds a group unfair")),
     (
