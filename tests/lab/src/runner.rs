@@ -209,9 +209,7 @@ impl Scenario {
                             std::thread::sleep(Duration::from_millis(20));
                         }
                     });
-                    while Instant::now() < t0 {
-                        std::thread::sleep(t0.saturating_duration_since(Instant::now()));
-                    }
+                    std::thread::sleep(t0.saturating_duration_since(Instant::now()));
                     let r = plain::run_plain(lab_ref, spec, plain_stop.clone());
                     plain_stop.store(true, Ordering::Relaxed);
                     let _ = watcher.join();
