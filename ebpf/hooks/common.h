@@ -39,7 +39,8 @@ struct tv_sk {
 	__u8 last_ca;
 	__u8 owner_set;
 	__u8 drained_sent; /* the last sample sent shows an empty pipe */
-	__u8 _pad[2];
+	__u8 drained_class; /* TV_DRAIN_* bits of the last drained sample sent */
+	__u8 _pad;
 	__u32 lost_rtx;
 	__u32 rtos;
 	__u32 retrans_segs;
@@ -124,6 +125,7 @@ enum tv_sample_src _tv_sample_src = TV_SRC_PROBE;
 enum tv_stat _tv_stat = TV_ST_RB_FULL;
 enum tv_opt_bits _tv_opt_bits = TV_OPT_SACK;
 enum tv_sample_flags _tv_sample_flags = TV_SF_SELECTED;
+enum tv_drain_bits _tv_drain_bits = TV_DRAIN_UNSENT;
 enum tv_match _tv_match = TV_M_COOKIE;
 
 static __always_inline void tv_count(__u32 which)

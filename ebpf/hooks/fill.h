@@ -4,6 +4,17 @@
 
 #include "common.h"
 
+/* The option bits share one u16 after rcv_tsecr (stable layout since 4.18, checked against
+ * tcp_info on 6.18): saw_tstamp:1 tstamp_ok:1 dsack:1 wscale_ok:1 sack_ok:3 smc_ok:1
+ * snd_wscale:4 rcv_wscale:4. Read as a word: the bitfield CO-RE macros gave wrong bits here. */
+static __always_inline __u16 tv_opt_word(struct tcp_sock *tp)
+{
+	__u16 w = 0;
+	bpf_probe_read_kernel(&w, sizeof(w),
+			      (void *)&tp->rx_opt + bpf_core_field_offset(struct tcp_options_received, rcv_tsecr) + 4);
+	return w;
+}
+
 static __always_inline void tv_fill_sample(struct tv_sample *s, struct tcp_sock *tp)
 {
 	s->snd_una = tp->snd_una;
@@ -58,12 +69,7 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 
 	s->state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	s->ca_state = tv_ca_state_of(tp);
-	/* The option bits share one u16 after rcv_tsecr (stable layout since 4.18, checked against
-	 * tcp_info on 6.18): saw_tstamp:1 tstamp_ok:1 dsack:1 wscale_ok:1 sack_ok:3 smc_ok:1
-	 * snd_wscale:4 rcv_wscale:4. Read as a word: the bitfield CO-RE macros gave wrong bits here. */
-	__u16 w = 0;
-	bpf_probe_read_kernel(&w, sizeof(w),
-			      (void *)&tp->rx_opt + bpf_core_field_offset(struct tcp_options_received, rcv_tsecr) + 4);
+	__u16 w = tv_opt_word(tp);
 	__u8 opts = 0;
 	if (w & 0x0070)
 		opts |= TV_OPT_SACK;
@@ -79,6 +85,10 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 	s->app_limited = BPF_CORE_READ_BITFIELD_PROBED(tp, rate_app_limited);
 	__u8 ctype = BPF_CORE_READ_BITFIELD_PROBED(tp, chrono_type);
 	s->chrono_type = ctype;
+	/* Which timer is armed, and window probes unanswered: a probe0 timer with nothing in flight
+	 * is the kernel's own word that the receiver's window is closed. */
+	s->timer = BPF_CORE_READ(icsk, icsk_pending);
+	s->probes_out = BPF_CORE_READ(icsk, icsk_probes_out);
 	const struct tcp_congestion_ops *ops = BPF_CORE_READ(icsk, icsk_ca_ops);
 	if (ops)
 		bpf_probe_read_kernel_str(s->cc, sizeof(s->cc), ops->name);
@@ -119,7 +129,6 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 		s->total_rto_time_ms = 0;
 	}
 	s->last_ack_age_us = tv_jiffies_to_us((__u32)bpf_jiffies64() - tp->rcv_tstamp);
-	s->_pad1 = 0;
 	s->bytes_acked = tp->bytes_acked;
 	s->bytes_received = tp->bytes_received;
 	s->bytes_sent = tp->bytes_sent;

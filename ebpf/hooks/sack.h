@@ -29,27 +29,57 @@ static __always_inline void tv_emit_sample(struct sock *sk, struct tcp_sock *tp,
 	tv_count(TV_ST_SAMPLES);
 }
 
-/* The state an ACK of everything outstanding leaves behind, reported before tcp_ack() runs. */
-static __always_inline void tv_emit_drained(struct sock *sk, struct tcp_sock *tp, struct tcp_skb_cb *cb, __u64 now)
+/* What an ACK of everything sent leaves waiting (TV_DRAIN_*), and the window it advertises: the
+ * two facts that tell a stalled receiver (window closed, data waiting) from an idle sender
+ * (nothing waiting) once the pipe is empty. The header is read only when data waits. */
+static __always_inline __u8 tv_drain_class(struct tcp_sock *tp, const struct sk_buff *skb, __u32 *wnd)
 {
+	*wnd = tp->snd_wnd;
+	if (tp->write_seq == tp->snd_nxt)
+		return 0;
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 thoff = BPF_CORE_READ(skb, transport_header);
+	__be16 w;
+	if (bpf_probe_read_kernel(&w, sizeof(w), head + thoff + 14)) {
+		tv_count(TV_ST_OPT_READ_FAIL);
+		return TV_DRAIN_UNSENT;
+	}
+	*wnd = (__u32)bpf_ntohs(w) << ((tv_opt_word(tp) >> 8) & 0xf);
+	return *wnd < tp->mss_cache ? TV_DRAIN_UNSENT | TV_DRAIN_WND_CLOSED : TV_DRAIN_UNSENT;
+}
+
+/* The state an ACK of everything outstanding leaves behind, reported before tcp_ack() runs: once
+ * per sample interval, and at once whenever what it leaves waiting changes (data waiting or not,
+ * window open or closed), so the last ACK before a silence is always known. */
+static __always_inline void tv_report_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
+					      const struct sk_buff *skb, struct tcp_skb_cb *cb, __u64 jnow)
+{
+	__u32 wnd;
+	__u8 class = tv_drain_class(tp, skb, &wnd);
+	if (st->drained_sent && st->drained_class == class)
+		return;
+	st->drained_sent = 1;
+	st->drained_class = class;
+	st->last_sample_j = jnow;
 	struct tv_sample *s = bpf_ringbuf_reserve(&tv_events, sizeof(*s), 0);
 	if (!s) {
 		tv_count(TV_ST_RB_FULL);
 		return;
 	}
-	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_SAMPLE, sizeof(*s), now);
+	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_SAMPLE, sizeof(*s), bpf_ktime_get_ns());
 	tv_fill_sample(s, tp);
-	__u32 ack = BPF_CORE_READ(cb, ack_seq);
+	__u32 ack = cb->ack_seq;
 	s->bytes_acked += ack - s->snd_una;
 	s->write_queue -= ack - s->snd_una;
 	s->snd_una = ack;
 	s->ack_seq = ack;
+	s->snd_wnd = wnd;
 	s->packets_out = s->lost_out = s->sacked_out = s->retrans_out = s->in_flight = 0;
 	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
 		s->sack[i] = 0;
 	s->nsack = 0;
 	s->src = TV_SRC_PROBE;
-	s->flags = 0;
+	s->flags = TV_SF_DRAINED;
 	s->_pad = 0;
 	tv_submit(s);
 	tv_count(TV_ST_SAMPLES);
@@ -124,29 +154,23 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		if (!cfg->bulk_interval_ns)
 			return 0;
 		if (!tv_interval_passed(st, cfg, jnow)) {
-			/* An ACK that empties the pipe may be the last one for a while: report
-			 * the drained state now, or a quiet sender would look stopped. Once per
-			 * sample: over veth every sixth ACK drains the pipe, and a record each
-			 * time was per-ACK work for the daemon. */
-			if (st->drained_sent)
-				return 0;
+			/* An ACK that empties the pipe may be the last one for a while: report the
+			 * state it leaves now, or a quiet sender would look stopped. Once per sample
+			 * unless what waits changes: over veth every sixth ACK drains the pipe, and a
+			 * record each time was per-ACK work for the daemon. */
 			struct tcp_sock *t = bpf_skc_to_tcp_sock(sk);
 			if (!t)
 				return 0;
-			if (t->snd_una == t->snd_nxt || t->bytes_acked < cfg->bulk_min_bytes) {
-				/* Nothing in flight (a receiver's data segment, or drained by an
-				 * earlier ACK) or not bulk: nothing to report until the next sample. */
-				st->drained_sent = 1;
+			/* Nothing in flight (a receiver's data segment, a window probe's answer, or
+			 * drained by an earlier ACK) or not bulk: nothing new to report. */
+			if (t->snd_una == t->snd_nxt || t->bytes_acked < cfg->bulk_min_bytes)
 				return 0;
-			}
 			/* A direct load (skb is a trusted BTF pointer here), not a probe read:
 			 * on a long path this runs on every ACK between samples. */
 			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 			if (cb->ack_seq != t->snd_nxt)
 				return 0;
-			tv_emit_drained(sk, t, cb, bpf_ktime_get_ns());
-			st->last_sample_j = jnow;
-			st->drained_sent = 1;
+			tv_report_drained(sk, t, st, skb, cb, jnow);
 			return 0;
 		}
 	}
@@ -171,13 +195,13 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		st->pending = 0;
 		st->last_sample_j = jnow;
 		st->drained_sent = 0;
-		/* The ACK that flushed it may empty the pipe and be the last for a while. */
-		struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
-		if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt) {
-			tv_emit_drained(sk, tp, cb, now);
-			st->drained_sent = 1;
-			return 0;
-		}
+	}
+	/* An ACK that empties the pipe may be the last for a while: its state now, not at the next. */
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt &&
+	    tp->bytes_acked >= cfg->bulk_min_bytes) {
+		tv_report_drained(sk, tp, st, skb, cb, jnow);
+		return 0;
 	}
 	/* Nothing outstanding (a data segment to a receiver, not an ACK of ours) or not bulk yet:
 	 * back to the fast path until the next interval, or every segment would come this way. */

@@ -3,7 +3,7 @@
 #define TCPVIGIL_ABI_H
 
 /* Bumped whenever a struct below changes shape; userspace refuses a mismatch. */
-enum tv_abi { TV_ABI_VERSION = 2 };
+enum tv_abi { TV_ABI_VERSION = 3 };
 #define TV_MAX_SACK 4
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
@@ -38,10 +38,19 @@ enum tv_opt_bits {
 	TV_OPT_ECN = 0x08,
 };
 
+/* What the ACK that emptied the pipe left waiting (tv_sk.drained_class; a change is reported at
+ * once): unsent data, and a window it advertises below one MSS. */
+enum tv_drain_bits {
+	TV_DRAIN_UNSENT = 0x01,
+	TV_DRAIN_WND_CLOSED = 0x02,
+};
+
 /* Bits of tv_sample.flags. */
 enum tv_sample_flags {
 	TV_SF_SELECTED = 0x01, /* sample of a user-selected connection (per ACK) */
 	TV_SF_DSACK = 0x02,    /* first block lies below the cumulative ACK */
+	TV_SF_DRAINED = 0x04,  /* the ACK acknowledges everything sent: state it leaves, reported
+				* before tcp_ack() runs (snd_wnd is the window the ACK advertises) */
 };
 
 /* Failure counters, a per-CPU array indexed by these. */
@@ -183,7 +192,7 @@ struct tv_snap {
 	__u8 rcv_wscale;
 	__u8 app_limited;  /* last delivery-rate sample was app-limited */
 	__u8 chrono_type;  /* running chrono: 1 busy, 2 rwnd, 3 sndbuf */
-	__u8 _pad0;
+	__u8 timer;        /* icsk_pending: 1 retransmit, 2 delayed ACK, 3 zero-window probe, 5 loss probe */
 	char cc[TV_CC_LEN];
 	__u32 cwnd;
 	__u32 ssthresh;
@@ -216,7 +225,7 @@ struct tv_snap {
 	__u32 rtos;
 	__u32 retrans_segs;
 	__u32 last_ack_age_us; /* since the last ACK was received (tp->rcv_tstamp) */
-	__u32 _pad1;
+	__u32 probes_out;  /* icsk_probes_out: zero-window (or keepalive) probes unanswered */
 	__u64 bytes_acked;
 	__u64 bytes_received;
 	__u64 bytes_sent;

@@ -49,8 +49,16 @@ pub enum Msg {
     Drained(u64),
 }
 
+/// Extra snapshots asked for by detectors are at least this far apart.
+const SNAPSHOT_GAP: Duration = Duration::from_millis(100);
+
 enum Ctl {
-    Select { all: bool, rules: Vec<Rule> },
+    Select {
+        all: bool,
+        rules: Vec<Rule>,
+    },
+    /// Take a snapshot now (a detector needs a fresh look at a sender), not at the next period.
+    Snapshot,
 }
 
 pub struct Agent {
@@ -93,6 +101,12 @@ impl Agent {
     /// Change which connections get per-ACK samples.
     pub fn select(&self, all: bool, rules: Vec<Rule>) {
         let _ = self.ctl.send(Ctl::Select { all, rules });
+    }
+
+    /// Take a snapshot of every connection soon (within the ring-buffer poll period, and at most
+    /// one extra per 100 ms), rather than at the next snapshot period.
+    pub fn snapshot_soon(&self) {
+        let _ = self.ctl.send(Ctl::Snapshot);
     }
 
     /// Detach everything and wait for the thread.
@@ -174,6 +188,7 @@ fn owner(
 
     let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));
     let mut next_snap = Instant::now();
+    let mut last_snap = next_snap;
     let progs = variants.progs();
     while !stop.load(Ordering::SeqCst) {
         if let Err(e) = rb.poll(Duration::from_millis(20)) {
@@ -185,13 +200,20 @@ fn owner(
         let _ = rb.consume();
         let _ = tx.try_send(Msg::Drained(mono_ns()));
         run_stats.tick(Instant::now(), enable_bpf_stats, || raw_prog_stats(&loaded.skel, &progs));
-        while let Ok(Ctl::Select { all, rules }) = ctl.try_recv() {
-            if let Err(e) = set_selection(&loaded.skel, &mut loaded.cfg, all, &rules) {
-                tracing::warn!("updating the selection: {e:#}");
+        while let Ok(c) = ctl.try_recv() {
+            match c {
+                Ctl::Select { all, rules } => {
+                    if let Err(e) = set_selection(&loaded.skel, &mut loaded.cfg, all, &rules) {
+                        tracing::warn!("updating the selection: {e:#}");
+                    }
+                }
+                // At most one extra snapshot per SNAPSHOT_GAP: many stops at once need only one.
+                Ctl::Snapshot => next_snap = next_snap.min(last_snap + SNAPSHOT_GAP),
             }
         }
         if Instant::now() >= next_snap {
-            next_snap = Instant::now() + snap_every;
+            last_snap = Instant::now();
+            next_snap = last_snap + snap_every;
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
             read_kernel_stats(&loaded.skel, &counters);
             read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);

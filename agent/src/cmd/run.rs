@@ -221,6 +221,9 @@ async fn daemon(
                 // Time advances only as far as the kernel's records have been read.
                 Some(Msg::Drained(t)) => {
                     detectors.tick(t, &table, &mut found);
+                    if detectors.wants_snapshot() {
+                        agent.snapshot_soon();
+                    }
                     if let Some(fl) = flight.as_mut() {
                         for d in fl.rec.take_ready(t) {
                             fl.sink.submit(d);

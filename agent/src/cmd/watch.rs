@@ -45,6 +45,9 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
                     Msg::Event(_) => continue,
                     Msg::Drained(t) => {
                         det.tick(t, &table, &mut found);
+                        if det.wants_snapshot() {
+                            agent.snapshot_soon();
+                        }
                         WatchInput::Tick(t)
                     }
                 };

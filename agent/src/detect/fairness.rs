@@ -274,6 +274,7 @@ impl FairnessDetector {
                         duration_s: None,
                         ongoing: true,
                         cause: "unfair_streams".into(),
+                        owner: None,
                         evidence: evidence(st),
                     });
                 }
@@ -292,6 +293,7 @@ impl FairnessDetector {
                             duration_s: Some((since - start) as f64 / 1e9),
                             ongoing: false,
                             cause: "unfair_streams".into(),
+                            owner: None,
                             evidence: evidence(st),
                         });
                     }
@@ -316,6 +318,7 @@ impl FairnessDetector {
                     duration_s: Some(now.saturating_sub(start) as f64 / 1e9),
                     ongoing: false,
                     cause: "unfair_streams".into(),
+                    owner: None,
                     evidence: {
                         let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));
                         e["ended"] = json!("streams_closed");

@@ -166,6 +166,7 @@ impl LimitsDetector {
                 duration_s: None,
                 ongoing: true,
                 cause: cause.into(),
+                owner: None,
                 evidence,
             });
         }

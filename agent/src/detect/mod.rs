@@ -1,6 +1,7 @@
 //! Detectors: pure functions of events and time (no IO, clock or BPF) that produce findings.
 pub mod fairness;
 pub mod limits;
+pub mod owner;
 pub mod stop;
 
 use serde::{Deserialize, Serialize};
@@ -83,6 +84,11 @@ impl Detectors {
         }
     }
 
+    /// A stop candidate needs a fresh look at its sender: take a snapshot soon. Cleared by the call.
+    pub fn wants_snapshot(&mut self) -> bool {
+        self.stop.wants_snapshot()
+    }
+
     /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();
@@ -111,7 +117,7 @@ pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
         d.observe(ev, &table, &mut out);
     }
     // Let findings in progress at the end be reported as such (a few ticks past the last event).
-    for _ in 0..4 {
+    for _ in 0..10 {
         d.tick(next_tick, &table, &mut out);
         next_tick += step;
     }
@@ -153,6 +159,7 @@ mod tests {
             duration_s: None,
             ongoing,
             cause: cause.into(),
+            owner: None,
             evidence: serde_json::Value::Null,
         }
     }

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::owner::{Hold, StopOwner};
 use crate::model::record::{CA_LOSS, CA_RECOVERY};
 use crate::model::{Body, ConnId, Event, Finding, FindingKind};
 
@@ -22,6 +23,9 @@ pub struct StopConfig {
     pub silent_rtos: u32,
     /// Only bulk connections can stop: this many bytes acknowledged first.
     pub min_bytes: u64,
+    /// How long a stop whose owner the last look cannot decide waits for a fresh snapshot before
+    /// it is reported as `undetermined`.
+    pub confirm_ms: u64,
 }
 
 impl Default for StopConfig {
@@ -34,6 +38,7 @@ impl Default for StopConfig {
             segments_per_rtt: 2.0,
             silent_rtos: 3,
             min_bytes: 1 << 20,
+            confirm_ms: 250,
         }
     }
 }
@@ -66,7 +71,6 @@ struct Evidence {
     retrans_segs: u64,
     min_cwnd: Option<u32>,
     ca_states: BTreeSet<u8>,
-    zero_window: bool,
     /// Timeouts that fired before anything was delivered in this stop.
     silent_rtos: u32,
     /// Observations that showed some (slow) progress, and the bytes they delivered.
@@ -83,8 +87,8 @@ struct Conn {
     srtt_us: u32,
     mss: u32,
     rate_bps: f64,
-    outstanding: bool,
-    snd_wnd_zero: bool,
+    /// The last look at what the sender holds.
+    hold: Hold,
     closed: bool,
     ev: Evidence,
     /// Start of the stop in progress.
@@ -100,6 +104,10 @@ struct Conn {
     /// (start, end) of the last stop that ended: a new one soon after it is the same stop going on
     /// (delivery seen late can end a stop for a moment, e.g. while a receive buffer fills).
     last_stop: Option<(u64, u64)>,
+    /// When a fresh look was asked for because the last one could not decide the owner.
+    asked: Option<u64>,
+    /// Owner and cause of the stop in progress as last reported.
+    verdict: Option<(StopOwner, &'static str)>,
 }
 
 impl Conn {
@@ -111,8 +119,7 @@ impl Conn {
             srtt_us: 0,
             mss: 1448,
             rate_bps: 0.0,
-            outstanding: false,
-            snd_wnd_zero: false,
+            hold: Hold::default(),
             closed: false,
             ev: Evidence::default(),
             active: None,
@@ -121,6 +128,8 @@ impl Conn {
             seen_healthy: false,
             closing: false,
             last_stop: None,
+            asked: None,
+            verdict: None,
         }
     }
 
@@ -170,12 +179,9 @@ impl Conn {
                 let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
                 let resumed = *self.resume.get_or_insert(ack_ts);
                 if ack_ts >= resumed + w {
-                    self.active = None;
-                    self.resume = None;
                     self.last_stop = Some((start, resumed.max(start)));
-                    out.push(self.finding(cfg, obs, start, Some(resumed.max(start))));
+                    self.end(cfg, obs, start, resumed.max(start), out);
                     self.anchor = (ack_ts, acked);
-                    self.ev = Evidence::default();
                 }
             }
             None => {
@@ -185,11 +191,28 @@ impl Conn {
         }
     }
 
-    fn cause(&self, cfg: &StopConfig) -> &'static str {
+    /// Owner and cause from what the sender holds and what happened since delivery was healthy.
+    /// Timeouts and retransmissions prove data was outstanding, whatever the last look said.
+    fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, &'static str) {
         let e = &self.ev;
-        if e.zero_window || self.snd_wnd_zero {
-            "zero_window"
-        } else if e.silent_rtos >= cfg.silent_rtos {
+        let owner = if e.rtos > 0 || e.retrans_segs > 0 {
+            StopOwner::Network
+        } else if trusted {
+            self.hold.owner()
+        } else {
+            self.hold.decided_owner().unwrap_or(StopOwner::Undetermined)
+        };
+        let cause = match owner {
+            StopOwner::Receiver => "zero_window",
+            StopOwner::Application | StopOwner::Undetermined => "undetermined",
+            StopOwner::Network => self.network_cause(cfg),
+        };
+        (owner, cause)
+    }
+
+    fn network_cause(&self, cfg: &StopConfig) -> &'static str {
+        let e = &self.ev;
+        if e.silent_rtos >= cfg.silent_rtos {
             "path_silent"
         } else if e.lost_retrans > 0 && e.max_lost_delay_ns > 2 * self.srtt_us as u64 * 1000 {
             "lost_retransmit"
@@ -198,7 +221,9 @@ impl Conn {
         } else if e.min_cwnd.is_some_and(|c| c <= 2) && e.ca_states.iter().any(|&s| s == CA_RECOVERY || s == CA_LOSS) {
             "cwnd_collapse"
         } else if e.acks == 0 && e.retrans_segs == 0 {
-            "path_silent"
+            // Data in flight, nothing acknowledged, no timeout yet: the start of an outage or of
+            // heavy loss. Several unanswered timeouts make it path_silent.
+            "no_ack"
         } else if e.retrans_segs > 0 && e.ca_states.contains(&CA_RECOVERY) {
             // A window's worth of holes repaired about one per RTT with cwnd still open: recovery
             // without SACK (NewReno, paper 004) or with the scoreboard lost.
@@ -208,11 +233,26 @@ impl Conn {
         }
     }
 
-    fn finding(&self, cfg: &StopConfig, now: u64, start: u64, end: Option<u64>) -> Finding {
+    /// The stop ends at `end`: reported with the owner and cause it had while it lasted.
+    fn end(&mut self, cfg: &StopConfig, now: u64, start: u64, end: u64, out: &mut Vec<Finding>) {
+        let verdict = self.verdict.take().unwrap_or_else(|| self.judge(cfg, false));
+        // The evidence gathered since the last tick (a timeout, say) may name the network cause better.
+        let verdict = match verdict {
+            (StopOwner::Network, _) => (StopOwner::Network, self.network_cause(cfg)),
+            v => v,
+        };
+        out.push(self.finding(now, start, Some(end), verdict));
+        self.active = None;
+        self.resume = None;
+        self.asked = None;
+        self.ev = Evidence::default();
+    }
+
+    fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, &str)) -> Finding {
         let e = &self.ev;
         let during = e.delivered;
         let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
-        let cause = self.cause(cfg);
+        let (owner, cause) = v;
         Finding {
             ts_ns: now,
             kind: FindingKind::Stop,
@@ -222,8 +262,12 @@ impl Conn {
             duration_s: end.map(|_| secs),
             ongoing: end.is_none(),
             cause: cause.into(),
+            owner: Some(owner),
             evidence: json!({
-                "receiver_limited": cause == "zero_window",
+                "owner": owner.as_str(),
+                "receiver_limited": owner == StopOwner::Receiver,
+                "sender_holds": self.hold.evidence(),
+                "sender_holds_age_s": now.saturating_sub(self.hold.ts_ns) as f64 / 1e9,
                 "srtt_ms": self.srtt_us as f64 / 1e3,
                 "rate_before_bps": self.rate_bps,
                 "rate_during_bps": if secs > 0.0 { during as f64 / secs } else { 0.0 },
@@ -250,11 +294,12 @@ impl Conn {
 pub struct StopDetector {
     cfg: StopConfig,
     conns: HashMap<u64, Conn>,
+    want_snapshot: bool,
 }
 
 impl StopDetector {
     pub fn new(cfg: StopConfig) -> Self {
-        StopDetector { cfg, conns: HashMap::new() }
+        StopDetector { cfg, conns: HashMap::new(), want_snapshot: false }
     }
 
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
@@ -268,11 +313,7 @@ impl StopDetector {
                 if s.mss > 0 {
                     c.mss = s.mss;
                 }
-                c.outstanding = s.packets_out > 0 || s.write_queue > 0;
-                c.snd_wnd_zero = s.snd_wnd == 0 && s.write_queue > 0;
-                if c.snd_wnd_zero {
-                    c.ev.zero_window = true;
-                }
+                c.hold = Hold::of_sample(ev.ts_ns, s);
                 c.ev.min_cwnd = Some(c.ev.min_cwnd.map_or(s.cwnd, |m| m.min(s.cwnd)));
                 c.ev.ca_states.insert(s.ca_state);
                 let healthy_before = c.active.is_none();
@@ -286,15 +327,12 @@ impl StopDetector {
                 if s.srtt_us > 0 {
                     c.srtt_us = s.srtt_us;
                 }
-                c.outstanding = s.packets_out > 0 || s.write_queue > 0;
-                c.snd_wnd_zero = s.snd_wnd == 0 && s.write_queue > 0;
-                if c.snd_wnd_zero {
-                    c.ev.zero_window = true;
-                }
+                c.hold = Hold::of_snapshot(ev.ts_ns, s);
                 let ack_ts = ev.ts_ns.saturating_sub(s.last_ack_age_us as u64 * 1000);
                 c.progress(cfg, ev.ts_ns, ack_ts, s.bytes_acked, out);
             }
             Body::Retrans(r) => {
+                c.hold = c.hold.in_flight_at(ev.ts_ns, r.packets_out);
                 c.ev.retrans_segs += r.segs as u64;
                 if r.lost_retrans {
                     c.ev.lost_retrans += 1;
@@ -308,6 +346,7 @@ impl StopDetector {
                 c.ev.max_lost_delay_ns = c.ev.max_lost_delay_ns.max(r.since_prev_ns);
             }
             Body::Rto(r) => {
+                c.hold = c.hold.in_flight_at(ev.ts_ns, r.packets_out);
                 c.ev.rtos += 1;
                 if c.ev.delivered == 0 {
                     c.ev.silent_rtos += 1;
@@ -322,16 +361,16 @@ impl StopDetector {
             }
             Body::Close(_) => {
                 c.closed = true;
-                if let Some(start) = c.active.take() {
-                    out.push(c.finding(cfg, ev.ts_ns, start, Some(ev.ts_ns)));
+                if let Some(start) = c.active {
+                    c.end(cfg, ev.ts_ns, start, ev.ts_ns, out);
                 }
             }
             Body::State(st) => {
                 const ESTABLISHED: u8 = 1;
                 c.closing = st.new != ESTABLISHED;
                 if c.closing {
-                    if let Some(start) = c.active.take() {
-                        out.push(c.finding(cfg, ev.ts_ns, start, Some(ev.ts_ns)));
+                    if let Some(start) = c.active {
+                        c.end(cfg, ev.ts_ns, start, ev.ts_ns, out);
                     }
                 }
             }
@@ -339,30 +378,81 @@ impl StopDetector {
         }
     }
 
+    /// Whether a stop candidate waits for a fresh look at its sender: the caller should take a
+    /// snapshot now (its records come back through `observe`). Cleared by the call.
+    pub fn wants_snapshot(&mut self) -> bool {
+        std::mem::take(&mut self.want_snapshot)
+    }
+
     pub fn tick(&mut self, now: u64, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
         self.conns.retain(|_, c| !c.closed);
         for c in self.conns.values_mut() {
-            if !c.outstanding || c.closing || !c.seen_healthy {
-                // Nothing to send is not a stop: an idle connection starts afresh.
-                if c.active.is_none() {
+            let threshold = cfg.threshold_ns(c.srtt_us);
+            if let Some(start) = c.active {
+                if c.resume.is_some() {
+                    continue;
+                }
+                let mut v = c.judge(cfg, false);
+                if c.verdict.is_some_and(|(o, _)| o == StopOwner::Receiver)
+                    && v.0 == StopOwner::Network
+                    && c.ev.rtos == 0
+                    && c.ev.retrans_segs == 0
+                {
+                    // The window opened and data is in flight again: the receiver's stop winds
+                    // down. Only timeouts or retransmissions would make it the network's.
+                    v = (StopOwner::Receiver, "zero_window");
+                }
+                if v.0 == StopOwner::Application && c.hold.ts_ns > start {
+                    // Everything sent was delivered and nothing waits: the sender has nothing to
+                    // send, which is no stop (the end of a transfer, an application pause).
+                    let end = c.hold.ts_ns.max(start);
+                    c.end(cfg, now, start, end, out);
                     c.anchor = (now, c.acked);
-                    c.ev = Evidence::default();
+                    continue;
+                }
+                if c.verdict != Some(v) && v.0 != StopOwner::Application {
+                    // The owner or cause became clearer (a fresh look, timeouts): say so now.
+                    c.verdict = Some(v);
+                    out.push(c.finding(now, start, None, v));
                 }
                 continue;
             }
-            if c.active.is_none()
-                && c.acked >= cfg.min_bytes
-                && now.saturating_sub(c.anchor.0) > cfg.threshold_ns(c.srtt_us)
-            {
-                let threshold = cfg.threshold_ns(c.srtt_us);
-                let start = match c.last_stop {
-                    Some((s, e)) if c.anchor.0.saturating_sub(e) <= threshold => s,
-                    _ => c.anchor.0,
-                };
-                c.active = Some(start);
-                out.push(c.finding(cfg, now, start, None));
+            if !c.hold.outstanding() || c.closing || !c.seen_healthy {
+                // Nothing to send is not a stop: an idle connection starts afresh.
+                c.anchor = (now, c.acked);
+                c.ev = Evidence::default();
+                c.asked = None;
+                continue;
             }
+            let quiet = now.saturating_sub(c.anchor.0);
+            if c.acked < cfg.min_bytes || quiet * 4 < threshold * 3 {
+                continue;
+            }
+            // Past three quarters of the threshold: make sure the owner can be decided by then.
+            let decided = c.ev.rtos > 0 || c.ev.retrans_segs > 0 || c.hold.decided_owner().is_some();
+            if !decided && c.asked.is_none() {
+                c.asked = Some(now);
+                self.want_snapshot = true;
+            }
+            if quiet <= threshold {
+                continue;
+            }
+            let waited_out = c.asked.is_some_and(|t| now >= t + cfg.confirm_ms * 1_000_000);
+            if !decided && !waited_out {
+                continue;
+            }
+            let v = c.judge(cfg, false);
+            if v.0 == StopOwner::Application {
+                continue;
+            }
+            let start = match c.last_stop {
+                Some((s, e)) if c.anchor.0.saturating_sub(e) <= threshold => s,
+                _ => c.anchor.0,
+            };
+            c.active = Some(start);
+            c.verdict = Some(v);
+            out.push(c.finding(now, start, None, v));
         }
     }
 }
@@ -400,6 +490,7 @@ pub(crate) mod tests_support {
             bytes_acked: acked,
             sack: vec![],
             dsack: false,
+            drained: false,
         }
     }
 }
@@ -637,27 +728,175 @@ mod tests {
         assert_eq!(last.evidence["max_lost_retransmit_delay_s"], 0.38);
     }
 
-    #[test]
-    fn a_zero_window_is_receiver_limited_and_an_idle_sender_is_no_stop() {
-        let mut d = StopDetector::new(StopConfig::default());
-        let mut out = vec![];
-        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
-        d.observe(&ev(t + 10 * MS, sample(acked, 80, 0, 0)), &mut out);
-        run_ticks(&mut d, &mut out, t + 10 * MS, t + 2000 * MS);
-        assert_eq!(out.first().map(|f| f.cause.as_str()), Some("zero_window"));
-        assert_eq!(out[0].evidence["receiver_limited"], true);
+    /// The state an ACK of everything sent leaves: nothing in flight, `unsent` bytes waiting,
+    /// the window it advertises.
+    fn drained(acked: u64, unsent: u32, wnd: u32) -> Body {
+        let mut s = super::tests_support::sample(acked);
+        s.drained = true;
+        s.packets_out = 0;
+        s.in_flight = 0;
+        s.snd_una = 5000;
+        s.snd_nxt = 5000;
+        s.write_queue = unsent;
+        s.snd_wnd = wnd;
+        Body::Sample(s)
+    }
 
+    fn snapshot(acked: u64, packets_out: u32, unsent: u32, wnd: u32, last_ack_age_us: u32) -> Body {
+        Body::Snapshot(crate::model::Snap {
+            state: 1,
+            srtt_us: 20_000,
+            mss: 1448,
+            packets_out,
+            unsent,
+            write_queue: unsent + packets_out * 1448,
+            snd_una: 5000,
+            snd_nxt: 5000 + packets_out * 1448,
+            snd_wnd: wnd,
+            bytes_acked: acked,
+            last_ack_age_us,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_receiver_that_stops_reading_is_the_receivers_stop_from_the_first_report() {
         let mut d = StopDetector::new(StopConfig::default());
         let mut out = vec![];
         let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
-        let mut idle = match sample(acked, 80, 0, 1 << 20) {
-            Body::Sample(s) => s,
-            _ => unreachable!(),
-        };
-        idle.packets_out = 0;
-        idle.write_queue = 0;
-        d.observe(&ev(t + 10 * MS, Body::Sample(idle)), &mut out);
+        // The last ACK acknowledges everything sent and closes the window; 4 MiB wait.
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 3000 * MS);
+        assert!(!d.wants_snapshot(), "the drained ACK decides it: no snapshot needed");
+        let first = out.first().expect("a stop");
+        assert_eq!((first.owner, first.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"));
+        assert!(first.ongoing);
+        assert_eq!(first.evidence["receiver_limited"], true);
+        assert!(out.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{out:?}");
+        // The receiver reads again: the window opens and delivery resumes.
+        healthy(&mut d, &mut out, t + 3000 * MS, acked, 500);
+        let last = out.last().unwrap();
+        assert!(!last.ongoing);
+        assert_eq!((last.owner, last.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"));
+    }
+
+    #[test]
+    fn a_stale_look_asks_for_a_snapshot_and_reports_nothing_network_before_it() {
+        // The last report is a drained ACK with data waiting and the window open (the kernel
+        // sends at once), so it cannot say whose the silence is.
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 1 << 20)), &mut out);
+        let mut asked = None;
+        let mut at = t + 10 * MS;
+        while asked.is_none() && at < t + 1000 * MS {
+            at += 20 * MS;
+            d.tick(at, &mut out);
+            if d.wants_snapshot() {
+                asked = Some(at);
+            }
+        }
+        let asked = asked.expect("a snapshot is asked for");
+        // 3/4 of the 140 ms threshold (20 ms RTT): asked before the stop could be reported.
+        assert!(asked - t <= 130 * MS, "asked {} ms after the last ACK", (asked - t) / MS);
+        assert!(out.is_empty(), "nothing reported before the fresh look: {out:?}");
+        // The snapshot: the window is closed, nothing in flight.
+        d.observe(&ev(asked + 5 * MS, snapshot(acked, 0, 4 << 20, 0, 150_000)), &mut out);
+        run_ticks(&mut d, &mut out, asked + 5 * MS, asked + 500 * MS);
+        let first = out.first().expect("a stop once the snapshot decided");
+        assert_eq!((first.owner, first.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"));
+        assert!(first.ts_ns - t <= 240 * MS, "reported {} ms after the start", (first.ts_ns - t) / MS);
+    }
+
+    #[test]
+    fn a_look_that_never_comes_is_reported_as_undetermined_not_as_the_network() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 1 << 20)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 2000 * MS);
+        let first = out.first().expect("reported once the wait for a look ran out");
+        assert_eq!((first.owner, first.cause.as_str()), (Some(StopOwner::Undetermined), "undetermined"));
+        assert!(first.ts_ns - t <= (140 + 250 + 40) * MS);
+        assert!(out.iter().all(|f| f.owner != Some(StopOwner::Network)), "{out:?}");
+    }
+
+    #[test]
+    fn an_outage_is_the_network_from_the_first_report_and_becomes_path_silent_with_its_timeouts() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 2000);
+        let mut at = t;
+        for (i, wait) in [220u64, 440, 880].iter().enumerate() {
+            run_ticks(&mut d, &mut out, at, at + wait * MS);
+            at += wait * MS;
+            let rto = Rto {
+                retransmits: i as u32,
+                rto_us: (*wait * 1000) as u32,
+                backoff: i as u32,
+                cwnd: 1,
+                packets_out: 50,
+                ..Default::default()
+            };
+            d.observe(&ev(at, Body::Rto(rto)), &mut out);
+        }
+        run_ticks(&mut d, &mut out, at, at + 100 * MS);
+        assert!(!d.wants_snapshot(), "data in flight at the last ACK: decided without a snapshot");
+        let causes: Vec<_> = out.iter().map(|f| (f.owner, f.cause.as_str(), f.ongoing)).collect();
+        let net = Some(StopOwner::Network);
+        assert_eq!(causes.first(), Some(&(net, "no_ack", true)), "{causes:?}");
+        assert!(causes.contains(&(net, "rto", true)), "{causes:?}");
+        assert_eq!(causes.last(), Some(&(net, "path_silent", true)), "{causes:?}");
+        assert!(out.iter().all(|f| f.start_ns == t));
+        d.observe(&ev(at + 150 * MS, sample(acked + 2_000_000, 2, 4, 1 << 20)), &mut out);
+        d.observe(&ev(at + 300 * MS, sample(acked + 6_000_000, 20, 0, 1 << 20)), &mut out);
+        let last = out.last().unwrap();
+        assert_eq!((last.owner, last.cause.as_str(), last.ongoing), (net, "path_silent", false));
+    }
+
+    #[test]
+    fn the_end_of_a_transfer_and_an_application_pause_are_no_stop() {
+        // The last ACK acknowledges everything and nothing waits: the application is done.
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 0, 1 << 20)), &mut out);
         run_ticks(&mut d, &mut out, t + 10 * MS, t + 5000 * MS);
         assert!(out.is_empty(), "an app-limited sender is not stopped: {out:?}");
+        assert!(!d.wants_snapshot());
+        // The application writes again and the transfer goes on: still nothing.
+        healthy(&mut d, &mut out, t + 5000 * MS, acked, 1000);
+        assert!(out.is_empty(), "{out:?}");
+
+        // A periodic sample showed data in flight; the ACKs after it that emptied the pipe were
+        // not reported (a stale look): the snapshot shows the sender had nothing left to send.
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        let mut stale = super::tests_support::sample(acked);
+        stale.selected = true;
+        d.observe(&ev(t + 10 * MS, Body::Sample(stale)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 120 * MS);
+        assert!(d.wants_snapshot());
+        d.observe(&ev(t + 125 * MS, snapshot(acked + 100_000, 0, 0, 1 << 20, 100_000)), &mut out);
+        run_ticks(&mut d, &mut out, t + 125 * MS, t + 3000 * MS);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_stop_whose_sender_runs_out_of_data_ends() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        run_ticks(&mut d, &mut out, t, t + 400 * MS);
+        assert!(out.first().is_some_and(|f| f.ongoing && f.owner == Some(StopOwner::Network)), "{out:?}");
+        // Everything gets acknowledged at once and nothing waits (e.g. the last window of a download
+        // acknowledged late): the stop ends there, it does not go on as the application's.
+        d.observe(&ev(t + 450 * MS, drained(acked + 50 * 1448, 0, 1 << 20)), &mut out);
+        run_ticks(&mut d, &mut out, t + 450 * MS, t + 3000 * MS);
+        let last = out.last().unwrap();
+        assert!(!last.ongoing, "{out:?}");
+        assert!(out.iter().all(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
     }
 }

@@ -80,6 +80,9 @@ pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value
     if let (Some(g), Some(o)) = (&f.group, v.as_object_mut()) {
         o.insert("group".into(), Value::String(g.clone()));
     }
+    if let (Some(w), Some(o)) = (f.owner, v.as_object_mut()) {
+        o.insert("owner".into(), Value::String(w.as_str().into()));
+    }
     v
 }
 
@@ -203,6 +206,7 @@ mod tests {
             duration_s: if ongoing { None } else { Some(1.5) },
             ongoing,
             cause: "rto".into(),
+            owner: None,
             evidence: json!({"rtos": 2}),
         }
     }

@@ -24,8 +24,18 @@ use super::conns::{ConnSeries, PER_CONN_SERIES};
 use super::health::{self, Health, HealthSeries};
 use crate::model::{Body, ConnTable, Event, Finding, FindingKind};
 
-/// Stop causes the detector reports; anything else is counted as `unknown`.
-pub const STOP_CAUSES: [&str; 6] = ["rto", "path_silent", "cwnd_collapse", "lost_retransmit", "zero_window", "unknown"];
+/// (owner, cause) pairs the stop detector reports; anything else is counted as (network, unknown).
+pub const STOP_CAUSES: [(&str, &str); 9] = [
+    ("network", "no_ack"),
+    ("network", "rto"),
+    ("network", "path_silent"),
+    ("network", "cwnd_collapse"),
+    ("network", "lost_retransmit"),
+    ("network", "slow_recovery"),
+    ("network", "unknown"),
+    ("receiver", "zero_window"),
+    ("undetermined", "undetermined"),
+];
 /// Limit reasons the detector reports; anything else is counted as `other`.
 pub const LIMIT_REASONS: [&str; 6] = ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
 /// Stop duration buckets, seconds: from a few RTTs of a 10 ms path to paper 000's 100 s runs.
@@ -37,6 +47,8 @@ const MAX_GROUP_LEN: usize = 64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabels {
+    /// Whose stop: network, receiver or undetermined (an application pause is never a stop).
+    pub owner: &'static str,
     pub cause: &'static str,
 }
 
@@ -101,7 +113,7 @@ pub struct Metrics {
     series_cap: usize,
     max_groups: usize,
     /// Stops in progress: (cookie, start_ns) -> cause.
-    open_stops: HashMap<(u64, u64), &'static str>,
+    open_stops: HashMap<(u64, u64), CauseLabels>,
     /// Limits in progress: (cookie, reason).
     open_limits: HashSet<(u64, &'static str)>,
     /// Unfair groups in progress.
@@ -109,8 +121,11 @@ pub struct Metrics {
     shown_groups: HashSet<String>,
 }
 
-fn stop_cause(c: &str) -> &'static str {
-    STOP_CAUSES.iter().find(|k| **k == c).copied().unwrap_or("unknown")
+fn stop_labels(f: &Finding) -> CauseLabels {
+    let owner = f.owner.map_or("network", |o| o.as_str());
+    let (owner, cause) =
+        STOP_CAUSES.iter().find(|(o, c)| *o == owner && *c == f.cause).copied().unwrap_or(("network", "unknown"));
+    CauseLabels { owner, cause }
 }
 
 fn limit_reason(c: &str) -> &'static str {
@@ -155,8 +170,8 @@ impl Metrics {
             open_groups: HashMap::new(),
             shown_groups: HashSet::new(),
         };
-        for cause in STOP_CAUSES {
-            let l = CauseLabels { cause };
+        for (owner, cause) in STOP_CAUSES {
+            let l = CauseLabels { owner, cause };
             let _ = m.stops.get_or_create(&l);
             let _ = m.stop_duration.get_or_create(&l);
             let _ = m.stops_in_progress.get_or_create(&l);
@@ -178,14 +193,22 @@ impl Metrics {
     /// Register every family (clones share their values) under `tcpvigil_` in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("tcpvigil");
-        r.register("stops", "Communication stops detected, by cause", self.stops.clone());
+        r.register(
+            "stops",
+            "Communication stops that ended, by owner (network, receiver, undetermined) and cause",
+            self.stops.clone(),
+        );
         r.register_with_unit(
             "stop_duration",
-            "Duration of communication stops that ended, by cause",
+            "Duration of communication stops that ended, by owner and cause",
             Unit::Seconds,
             self.stop_duration.clone(),
         );
-        r.register("stops_in_progress", "Communication stops going on now, by cause", self.stops_in_progress.clone());
+        r.register(
+            "stops_in_progress",
+            "Communication stops going on now, by owner and the cause they have so far",
+            self.stops_in_progress.clone(),
+        );
         r.register(
             "lost_retransmissions",
             "Retransmitted segments that were lost again (host-wide)",
@@ -256,18 +279,15 @@ impl Metrics {
     pub fn on_finding(&mut self, f: &Finding) {
         match f.kind {
             FindingKind::Stop => {
-                let cause = stop_cause(&f.cause);
+                let l = stop_labels(f);
                 let key = (f.conn.map_or(0, |c| c.cookie), f.start_ns);
-                let l = CauseLabels { cause };
                 if f.ongoing {
-                    if self.open_stops.insert(key, cause).is_none() {
-                        self.stops.get_or_create(&l).inc();
-                    }
+                    // In progress, with the owner and cause it has now (they sharpen as it lasts).
+                    self.open_stops.insert(key, l);
                 } else {
-                    if self.open_stops.remove(&key).is_none() {
-                        // Never saw it start (agent restarted, or reported only at its end).
-                        self.stops.get_or_create(&l).inc();
-                    }
+                    // Counted once, when it ends, with the owner and cause it ended with.
+                    self.open_stops.remove(&key);
+                    self.stops.get_or_create(&l).inc();
                     if let Some(d) = f.duration_s.filter(|d| d.is_finite() && *d >= 0.0) {
                         self.stop_duration.get_or_create(&l).observe(d);
                     }
@@ -309,9 +329,10 @@ impl Metrics {
     }
 
     fn update_open_stops(&self) {
-        for cause in STOP_CAUSES {
-            let n = self.open_stops.values().filter(|c| **c == cause).count();
-            self.stops_in_progress.get_or_create(&CauseLabels { cause }).set(n as i64);
+        for (owner, cause) in STOP_CAUSES {
+            let l = CauseLabels { owner, cause };
+            let n = self.open_stops.values().filter(|c| **c == l).count();
+            self.stops_in_progress.get_or_create(&l).set(n as i64);
         }
     }
 

@@ -208,6 +208,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
     m.on_finding(&Finding {
         group: Some("iperf3->10.1.0.1".into()),
+        owner: None,
         evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4}),
         ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
     });
@@ -215,8 +216,8 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     let text = scrape(&r);
     check_openmetrics(&text).unwrap();
     for want in [
-        "tcpvigil_stops_total{cause=\"rto\"} 1",
-        "tcpvigil_stops_in_progress{cause=\"rto\"} 1",
+        "tcpvigil_stops_total{owner=\"network\",cause=\"rto\"} 0",
+        "tcpvigil_stops_in_progress{owner=\"network\",cause=\"rto\"} 1",
         "tcpvigil_retransmitted_segments_total 3",
         "tcpvigil_lost_retransmissions_total 3",
         "tcpvigil_retransmission_timeouts_total 1",
@@ -235,7 +236,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 0.01",
         "tcpvigil_conn_in_flight_segments{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 75",
         "tcpvigil_conn_stop_in_progress{conn=\"10.0.0.1:20001>10.1.1.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 1",
-        "tcpvigil_stop_duration_seconds_count{cause=\"rto\"} 0",
+        "tcpvigil_stop_duration_seconds_count{owner=\"network\",cause=\"rto\"} 0",
     ] {
         assert!(text.contains(want), "missing {want}\n{text}");
     }
@@ -251,22 +252,47 @@ pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, dur
         duration_s,
         ongoing,
         cause: cause.into(),
+        owner: None,
         evidence: json!({}),
     }
 }
 
 #[test]
-fn a_stop_is_counted_once_and_its_duration_observed_when_it_ends() {
+fn a_stop_is_counted_once_when_it_ends_with_its_final_owner_and_cause() {
+    use crate::model::StopOwner;
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
-    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", true, None));
-    m.on_finding(&finding(FindingKind::Stop, 1, "cwnd_collapse", false, Some(4.2)));
-    m.on_finding(&finding(FindingKind::Stop, 2, "made_up_cause", false, Some(0.3)));
+    let stop = |i, owner, cause: &str, ongoing, d| Finding {
+        owner: Some(owner),
+        ..finding(FindingKind::Stop, i, cause, ongoing, d)
+    };
+    let net = StopOwner::Network;
+    // An outage: first no ACK, then its timeouts make it path_silent; in progress under each in turn.
+    m.on_finding(&stop(1, net, "no_ack", true, None));
     let text = scrape(&r);
-    assert!(text.contains("tcpvigil_stops_total{cause=\"cwnd_collapse\"} 1\n"), "{text}");
-    assert!(text.contains("tcpvigil_stops_total{cause=\"unknown\"} 1\n"), "{text}");
-    assert!(text.contains("tcpvigil_stops_in_progress{cause=\"cwnd_collapse\"} 0\n"), "{text}");
-    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"5.0\",cause=\"cwnd_collapse\"} 1\n"), "{text}");
-    assert!(text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"2.0\",cause=\"cwnd_collapse\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 1\n"), "{text}");
+    m.on_finding(&stop(1, net, "path_silent", true, None));
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 0\n"), "{text}");
+    m.on_finding(&stop(1, net, "path_silent", false, Some(4.2)));
+    // A stalled receiver, and a cause the exporter does not know.
+    m.on_finding(&stop(2, StopOwner::Receiver, "zero_window", true, None));
+    m.on_finding(&stop(3, net, "made_up_cause", false, Some(0.3)));
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"unknown\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"path_silent\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_in_progress{owner=\"receiver\",cause=\"zero_window\"} 1\n"), "{text}");
+    assert!(
+        text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"5.0\",owner=\"network\",cause=\"path_silent\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"2.0\",owner=\"network\",cause=\"path_silent\"} 0\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -413,6 +439,7 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     m.on_finding(&finding(FindingKind::Stop, 3, "rto", false, Some(2.5)));
     m.on_finding(&Finding {
         group: Some("g".into()),
+        owner: None,
         evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
         ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
     });
@@ -436,6 +463,7 @@ fn rules_and_dashboards_use_only_exported_metric_names() {
     feed(&mut m, &mut t, 10);
     m.on_finding(&Finding {
         group: Some("g".into()),
+        owner: None,
         evidence: json!({"jain": 0.7}),
         ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
     });

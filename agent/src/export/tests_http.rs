@@ -223,6 +223,7 @@ async fn serve_synthetic_metrics_for_prometheus() {
             m.on_finding(&finding(FindingKind::Limit, 1, "rwnd_limited", true, None));
             m.on_finding(&Finding {
                 group: Some("iperf3->10.1.0.1".into()),
+                owner: None,
                 evidence: json!({"jain": 0.66, "min_max_ratio": 0.125, "even_split_efficiency": 0.22, "streams": 8}),
                 ..finding(FindingKind::Unfair, 0, "unfair_streams", true, None)
             });

@@ -14,6 +14,34 @@ pub enum FindingKind {
     Limit,
 }
 
+/// Who holds a stopped connection back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopOwner {
+    /// Data is in flight and not acknowledged: the path (loss, outage) or the timers repairing it.
+    Network,
+    /// Nothing in flight, data waiting behind a window below one MSS: the receiving application
+    /// does not read.
+    Receiver,
+    /// Nothing in flight and nothing waiting: the sending application has nothing to send. Never a
+    /// stop; a stop whose sender turns out to be here ends.
+    Application,
+    /// The last look at the sender is too old to tell (data waiting, window open, nothing in
+    /// flight: the kernel sends at once, so only a stale view shows this).
+    Undetermined,
+}
+
+impl StopOwner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopOwner::Network => "network",
+            StopOwner::Receiver => "receiver",
+            StopOwner::Application => "application",
+            StopOwner::Undetermined => "undetermined",
+        }
+    }
+}
+
 /// One diagnosis. Times are CLOCK_MONOTONIC nanoseconds; exporters turn them into wall time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
@@ -30,5 +58,8 @@ pub struct Finding {
     pub ongoing: bool,
     /// A short snake_case cause, e.g. `rto_backoff`, `cwnd_collapse`, `rwnd_limited`.
     pub cause: String,
+    /// Whose stop it is (stops only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<StopOwner>,
     pub evidence: serde_json::Value,
 }

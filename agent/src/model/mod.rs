@@ -7,6 +7,6 @@ pub mod table;
 
 pub use conn::{ConnId, Owner, Tuple};
 pub use filter::Filter;
-pub use finding::{Finding, FindingKind};
+pub use finding::{Finding, FindingKind, StopOwner};
 pub use record::{Body, CaState, Event, Retrans, Rto, Sample, Snap, StateChange};
 pub use table::{ConnEntry, ConnTable};

@@ -76,6 +76,10 @@ pub struct Sample {
     /// The ACK's SACK blocks (start, end), in the order the ACK carried them.
     pub sack: Vec<(u32, u32)>,
     pub dsack: bool,
+    /// The ACK acknowledged everything sent: the state it leaves, reported before the kernel
+    /// processed it (`snd_wnd` is the window this ACK advertises).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 impl Sample {
@@ -176,6 +180,12 @@ pub struct Snap {
     pub options: Options,
     pub app_limited: bool,
     pub chrono_type: u8,
+    /// The armed timer (icsk_pending): 1 retransmit, 2 delayed ACK, 3 zero-window probe, 5 loss probe.
+    #[serde(default)]
+    pub timer: u8,
+    /// Zero-window (or keepalive) probes sent and not answered.
+    #[serde(default)]
+    pub probes_out: u32,
     pub cc: String,
     pub cwnd: u32,
     pub ssthresh: u32,

@@ -88,6 +88,7 @@ impl Sim {
             bytes_acked: self.acked,
             sack,
             dsack: false,
+            drained: false,
         }
     }
     fn snap(&self, cc: &str, owner: &Owner) -> Snap {
@@ -298,6 +299,7 @@ pub fn outage() -> (Recording, Vec<Finding>) {
         duration_s: if ongoing { None } else { Some(3.0) },
         ongoing,
         cause: "lost_retransmission".into(),
+        owner: None,
         evidence: json!({"cwnd": 1, "in_flight": 0, "lost_retrans": 12, "ca_state": "Recovery", "rtts": 300}),
     };
     ev.sort_by_key(|e| e.ts_ns);
@@ -350,6 +352,7 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
         duration_s: None,
         ongoing: true,
         cause: "persistent_imbalance".into(),
+        owner: None,
         evidence: json!({"jain": 0.86, "slowest_over_fastest": 0.38, "cookies": [50000, 50001, 50002, 50003]}),
     };
     (Recording { header: header(&[":2811"]), events: ev, truncated_tail: false }, vec![f])

@@ -10,7 +10,7 @@ const N: usize = 20;
 /// A chunk is closed once it holds this many bytes.
 pub const CHUNK_BYTES: usize = 4096;
 /// At most this many SACK blocks are kept per sample (an ACK carries at most 4).
-const MAX_SACK: usize = 15;
+const MAX_SACK: usize = 7; // three bits of the flags byte; bit 7 is `drained`
 
 fn fields(s: &Sample) -> [u32; N] {
     [
@@ -116,7 +116,13 @@ impl Chunk {
         let buf = &mut self.buf;
         put(buf, zz64(ts.wrapping_sub(p.ts)));
         let nsack = s.sack.len().min(MAX_SACK);
-        buf.push(src_code(s.src) | (s.selected as u8) << 2 | (s.dsack as u8) << 3 | (nsack as u8) << 4);
+        buf.push(
+            src_code(s.src)
+                | (s.selected as u8) << 2
+                | (s.dsack as u8) << 3
+                | (nsack as u8) << 4
+                | (s.drained as u8) << 7,
+        );
         buf.push(s.ca_state);
         let f = fields(s);
         for (now, prev) in f.iter().zip(p.f) {
@@ -151,8 +157,8 @@ impl Chunk {
             *v = prev.wrapping_add(unzz32(get(buf, pos)?));
         }
         let acked = p.acked.wrapping_add(unzz64(get(buf, pos)?));
-        let mut sack = Vec::with_capacity((flags >> 4) as usize);
-        for _ in 0..flags >> 4 {
+        let mut sack = Vec::with_capacity(((flags >> 4) & 7) as usize);
+        for _ in 0..(flags >> 4) & 7 {
             let a = f[1].wrapping_add(unzz32(get(buf, pos)?));
             let b = a.wrapping_add(get(buf, pos)? as u32);
             sack.push((a, b));
@@ -185,6 +191,7 @@ impl Chunk {
             bytes_acked: acked,
             sack,
             dsack: flags & 8 != 0,
+            drained: flags & 0x80 != 0,
         })
     }
 
