@@ -138,12 +138,12 @@ def fleet():
     ps.append(row("Stops and loss recovery", y))
     y += 1
     ps += [
-        panel("timeseries", "Stops by host and cause",
-              "Communication stops detected per interval (000: cwnd collapse in Recovery, lost retransmissions, RTO).",
-              [target(f"sum by (instance, cause) (increase(tcpvigil_stops_total{{{SEL}}}[$__rate_interval]))",
-                      "{{instance}} {{cause}}")], "short", 0, y),
-        panel("timeseries", "Stops in progress by cause", "Stops going on at each moment, by cause.",
-              [target(f"sum by (cause) (tcpvigil_stops_in_progress{{{SEL}}})", "{{cause}}")], "short", 12, y),
+        panel("timeseries", "Stops by host, owner and cause",
+              "Communication stops that ended per interval, by whose they were (network, receiver) and cause (000: cwnd collapse in Recovery, lost retransmissions, RTO).",
+              [target(f"sum by (instance, owner, cause) (increase(tcpvigil_stops_total{{{SEL}}}[$__rate_interval]))",
+                      "{{instance}} {{owner}} {{cause}}")], "short", 0, y),
+        panel("timeseries", "Stops in progress by owner and cause", "Stops going on at each moment: the network's, a receiver's, or not yet decided.",
+              [target(f"sum by (owner, cause) (tcpvigil_stops_in_progress{{{SEL}}})", "{{owner}} {{cause}}")], "short", 12, y),
     ]
     y += 8
     ps += [
@@ -271,8 +271,8 @@ def drilldown():
     ps.append(row("Host", y))
     y += 1
     ps += [
-        panel("state-timeline", "Stops on the host by cause", "Stops in progress on the selected hosts, by cause.",
-              [target(f"sum by (cause) (tcpvigil_stops_in_progress{{{SEL}}})", "{{cause}}")], "none", 0, y, w=12, h=6),
+        panel("state-timeline", "Stops on the host by owner and cause", "Stops in progress on the selected hosts, by owner and cause.",
+              [target(f"sum by (owner, cause) (tcpvigil_stops_in_progress{{{SEL}}})", "{{owner}} {{cause}}")], "none", 0, y, w=12, h=6),
         panel("timeseries", "Limited connections", "Connections held back by buffers or options, by reason.",
               [target(f"sum by (instance, reason) (tcpvigil_limited_connections{{{SEL}}})", "{{instance}} {{reason}}")],
               "short", 12, y, w=12, h=6),

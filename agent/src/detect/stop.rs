@@ -214,6 +214,9 @@ impl Conn {
         let e = &self.ev;
         if e.silent_rtos >= cfg.silent_rtos {
             "path_silent"
+        } else if e.rtos > 0 && e.silent_rtos == e.rtos {
+            // Every timeout so far went unanswered: resends lost again are the silence's doing.
+            "rto"
         } else if e.lost_retrans > 0 && e.max_lost_delay_ns > 2 * self.srtt_us as u64 * 1000 {
             "lost_retransmit"
         } else if e.rtos > 0 {

@@ -56,15 +56,29 @@ pub fn sender_findings(all: &[Value], truth: &Truth) -> Vec<Value> {
         match out.iter().position(|x| key(x) == key(&f)) {
             Some(i) => {
                 f["first_ts"] = out[i]["first_ts"].clone();
+                f["first_owner"] = out[i]["first_owner"].clone();
+                let mut owners = out[i]["owners"].as_array().cloned().unwrap_or_default();
+                owners.push(f["owner"].clone());
+                f["owners"] = Value::Array(owners);
                 out[i] = f;
             }
             None => {
                 f["first_ts"] = f["ts"].clone();
+                f["first_owner"] = f["owner"].clone();
+                f["owners"] = Value::Array(vec![f["owner"].clone()]);
                 out.push(f);
             }
         }
     }
     out
+}
+
+/// A stop's owner in its first report and in every report (stops carry `owner`, findings about
+/// groups and limits do not).
+pub fn owners(stop: &Value) -> (String, Vec<String>) {
+    let s = |v: &Value| v.as_str().unwrap_or("none").to_string();
+    let all = stop["owners"].as_array().map(|a| a.iter().map(s).collect()).unwrap_or_default();
+    (s(&stop["first_owner"]), all)
 }
 
 /// Seconds from the traffic start to an RFC 3339 time in a finding.
@@ -134,7 +148,13 @@ fn row(scenario: &str, expected: &str, f: Option<&Value>, truth: &Truth, found: 
         scenario: scenario.into(),
         expected: expected.into(),
         reported: f
-            .map(|x| format!("{}/{}", x["kind"].as_str().unwrap_or(""), x["cause"].as_str().unwrap_or("")))
+            .map(|x| {
+                let (kind, cause) = (x["kind"].as_str().unwrap_or(""), x["cause"].as_str().unwrap_or(""));
+                match x["owner"].as_str() {
+                    Some(o) => format!("{kind}/{o}/{cause} (first: {})", x["first_owner"].as_str().unwrap_or("?")),
+                    None => format!("{kind}/{cause}"),
+                }
+            })
             .unwrap_or_else(|| "nothing".into()),
         start_s: f.map(|x| secs_from_start(&x["start"], truth)),
         duration_s: f.and_then(|x| x["duration_s"].as_f64()),
@@ -151,6 +171,8 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
         }
         "outage" => {
             let stop = only(f, "stop", "path_silent");
+            let (first, all) = owners(&stop);
+            assert!(first == "network" && all.iter().all(|o| o == "network"), "an outage is the network's: {all:?}");
             let (t1, t2) = injection(truth, "outage");
             let start = secs_from_start(&stop["start"], truth);
             let tol = (0.1 * (t2 - t1)).max(rtt_s(truth)).max(0.06);
@@ -165,6 +187,8 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
         }
         "tail-loss-rto" => {
             let stop = only(f, "stop", "rto");
+            let (first, all) = owners(&stop);
+            assert!(first == "network" && all.iter().all(|o| o == "network"), "a blackhole is the network's: {all:?}");
             let (t1, _) = injection(truth, "outage");
             let start = secs_from_start(&stop["start"], truth);
             assert!((start - t1).abs() <= 0.1, "stop start {start:.3}s vs blackhole {t1:.3}s");
@@ -175,6 +199,9 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
         "zero-window" => {
             let stop = only(f, "stop", "zero_window");
             assert_eq!(stop["evidence"]["receiver_limited"], true);
+            let (first, all) = owners(&stop);
+            assert!(all.iter().all(|o| o != "network"), "a stalled receiver is never the network's: {all:?}");
+            assert_eq!(first, "receiver", "the receiver's from the first report: {all:?}");
             let (t1, t2) = injection(truth, "zero-window");
             let start = secs_from_start(&stop["start"], truth);
             let dur = stop["duration_s"].as_f64().expect("ended");
