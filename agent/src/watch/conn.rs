@@ -68,6 +68,8 @@ pub struct StopView {
     pub duration_s: Option<f64>,
     pub ongoing: bool,
     pub cause: String,
+    /// Whose stop: the network's, the receiver's, or not decided yet.
+    pub owner: Option<crate::model::StopOwner>,
     pub evidence: String,
 }
 

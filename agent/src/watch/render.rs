@@ -232,7 +232,10 @@ pub fn reason_text(c: &ConnView, r: &Reason) -> String {
     match *r {
         Reason::Stop { secs } => {
             let cause = c.stop.as_ref().map_or("?", |s| s.cause.as_str());
-            format!("STOPPED {secs:.1} s: {cause}")
+            match c.stop.as_ref().and_then(|s| s.owner) {
+                Some(o) => format!("STOPPED {secs:.1} s: {cause} ({})", o.as_str()),
+                None => format!("STOPPED {secs:.1} s: {cause}"),
+            }
         }
         Reason::Stalled { secs, rtts } => format!("nothing delivered for {secs:.1} s ({rtts} RTTs)"),
         Reason::LossRecovery { state, cwnd } => format!("loss recovery: CA {state}, cwnd {cwnd}"),

@@ -339,14 +339,24 @@ impl WatchState {
             FindingKind::Unfair => "UNFAIR",
             FindingKind::Limit => "LIMIT",
         };
+        // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent).
+        let sharpened = f.kind == FindingKind::Stop
+            && !new
+            && idx
+                .and_then(|i| self.conns[i].stop.as_ref())
+                .is_some_and(|s| s.start_ns == f.start_ns && s.cause != f.cause);
         match (f.kind, idx) {
             (FindingKind::Stop, Some(i)) => {
                 let c = &mut self.conns[i];
+                if sharpened {
+                    let old = c.stop.as_ref().map(|s| s.cause.clone()).unwrap_or_default();
+                    c.stop_causes.retain(|x| *x != old);
+                }
+                if (new || sharpened) && !c.stop_causes.contains(&f.cause) {
+                    c.stop_causes.push(f.cause.clone());
+                }
                 if new {
                     c.stops += 1;
-                    if !c.stop_causes.contains(&f.cause) {
-                        c.stop_causes.push(f.cause.clone());
-                    }
                 }
                 c.stop = Some(StopView {
                     start_ns: f.start_ns,
@@ -354,6 +364,7 @@ impl WatchState {
                     duration_s: f.duration_s,
                     ongoing: f.ongoing,
                     cause: f.cause.clone(),
+                    owner: f.owner,
                     evidence: ev.clone(),
                 });
             }
@@ -364,13 +375,14 @@ impl WatchState {
             _ => {}
         }
         let ended = !f.ongoing;
-        if new || ended {
+        if new || ended || sharpened {
             let dur = match f.duration_s {
                 Some(d) => format!(" for {d:.1} s"),
                 None => String::new(),
             };
             let state = if f.ongoing { "" } else { " (ended)" };
-            let text = format!("{kind} {}{dur}{state}: {ev}", f.cause);
+            let owner = f.owner.map(|o| format!(" ({})", o.as_str())).unwrap_or_default();
+            let text = format!("{kind} {}{owner}{dur}{state}: {ev}", f.cause);
             self.log(f.ts_ns, cookie.unwrap_or(0), LogKind::Finding, text);
         }
     }

@@ -417,3 +417,30 @@ fn goodput_bins_keep_their_bytes_when_the_clock_runs_ahead_of_the_events() {
         assert!(late <= on_time * 1.01, "lag {lag_ms} ms: a bin of {late:.0} bit/s, on time at most {on_time:.0}");
     }
 }
+
+#[test]
+fn a_stop_whose_cause_sharpens_is_shown_and_logged_with_its_new_cause_and_owner() {
+    let inputs = outage_inputs();
+    let mut st = WatchState::new(":5201".parse().unwrap(), false, 30);
+    fold_until(&mut st, &inputs, 3000);
+    let first = inputs
+        .iter()
+        .find_map(|i| match i {
+            WatchInput::Finding(f) if f.kind == crate::model::FindingKind::Stop => Some(f.clone()),
+            _ => None,
+        })
+        .expect("the synthetic outage has a stop");
+    let mut later = first.clone();
+    later.ts_ns = synth::T0 + 3000 * MS;
+    later.cause = "path_silent".into();
+    later.owner = Some(crate::model::StopOwner::Network);
+    st.apply(&WatchInput::Finding(later));
+    let c = st.selected().unwrap();
+    let stop = c.stop.as_ref().unwrap();
+    assert_eq!((stop.cause.as_str(), stop.owner), ("path_silent", Some(crate::model::StopOwner::Network)));
+    assert_eq!(c.stops, 1, "the same stop, not a second one");
+    assert_eq!(c.stop_causes, vec!["path_silent".to_string()], "the summary names the cause it has now");
+    assert!(st.log.iter().any(|l| l.text.starts_with("STOP path_silent (network)")), "the change is logged");
+    let s = screen(&st, 160, 48);
+    assert!(s.contains("path_silent (network)"), "{s}");
+}

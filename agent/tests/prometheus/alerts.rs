@@ -46,6 +46,26 @@ fn outage_walks_the_stop_alert_from_pending_to_firing_and_back() {
     assert!(!stops.is_empty(), "the agent reported no stop of the lab's sender: {:#?}", run.findings);
 }
 
+#[test]
+fn a_stalled_receiver_fires_the_receiver_alert_and_never_the_network_one() {
+    let Some(c) = campaign("receiver alert during zero-window") else { return };
+    let run = c.run("zero-window");
+    let inj = run.truth.injections.iter().find(|i| i.kind == "zero-window").expect("the pause injection");
+    let (t1, t2) = (unix(&inj.start), unix(inj.end.as_ref().expect("reading resumed")));
+    eprintln!(
+        "== the receiver does not read from {:+.2} s to {:+.2} s after traffic start",
+        t1 - run.from,
+        t2 - run.from
+    );
+    let net = alerts(c, run, r#"ALERTS{alertname="TcpvigilCommunicationStop"}"#);
+    let ours: Vec<&Series> = net.iter().filter(|x| !caused_by_others(&x.labels, run)).collect();
+    assert!(ours.is_empty(), "the network alert during a receiver stall: {ours:#?}\n{:#?}", run.findings);
+    let rx = alerts(c, run, r#"ALERTS{alertname="TcpvigilReceiverStall"}"#);
+    let (f1, f2) = span(&rx, "firing").expect("the receiver alert never fired");
+    eprintln!("   receiver alert firing {:+.2} s .. {:+.2} s after the pause began", f1 - t1, f2 - t1);
+    assert!(f1 >= t1 && f2 <= t2 + 4.0, "firing outside the pause (+ refresh, scrape and evaluation)");
+}
+
 /// Whether a firing alert during `run` is explained by connections that are not the lab's (other
 /// tests on a shared machine: the daemon watches every namespace of the host).
 fn caused_by_others(a: &Value, run: &Run) -> bool {

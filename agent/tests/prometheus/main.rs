@@ -25,7 +25,7 @@ pub const UNFAIR_SCENARIO: &str = "parallel-4-lossy";
 /// The campaign, in this order: the unfair scenario first, so that the transfer's one-minute
 /// averages (recording rules) hold only its streams; `clean` right after it, so that an unfair
 /// group the agent failed to close would show there as an alert.
-pub const SCENARIOS: [&str; 4] = [UNFAIR_SCENARIO, "clean", "outage", "lfn-buffer"];
+pub const SCENARIOS: [&str; 5] = [UNFAIR_SCENARIO, "clean", "outage", "lfn-buffer", "zero-window"];
 
 /// Every rule group is evaluated this often in the test (15 s in the repository).
 pub const RULE_INTERVAL: &str = "1s";
@@ -34,8 +34,11 @@ pub const RULE_INTERVAL: &str = "1s";
 /// The stop alert keeps its meaning (a stop still going on after N s) with N = 1 for a 2.5 s
 /// outage; the unfair alert keeps its (the agent reports a group once it was unfair for its
 /// persist_s, 4 s; the alert then waits 2 s instead of 5 min). Other alerts are not changed.
-pub const FOR_OVERRIDES: &[(&str, &str, &str)] =
-    &[("TcpvigilCommunicationStop", "10s", "1s"), ("TcpvigilUnfairGroup", "5m", "2s")];
+pub const FOR_OVERRIDES: &[(&str, &str, &str)] = &[
+    ("TcpvigilCommunicationStop", "10s", "1s"),
+    ("TcpvigilUnfairGroup", "5m", "2s"),
+    ("TcpvigilReceiverStall", "1m", "1s"),
+];
 
 /// Wait after each scenario's traffic: the agent refreshes metrics every 1 s, Prometheus scrapes
 /// and evaluates every 1 s, so an alert resolves within a few seconds of its cause.
