@@ -159,6 +159,16 @@ def fleet():
               "pps", 12, y),
     ]
     y += 8
+    ps += [
+        panel("timeseries", "Path events",
+              "Network stops of several connections to one remote prefix that began together, as one event per host (scope: all connections to it stopped, or only some: one ECMP member or one host).",
+              [target(f"sum by (instance, scope) (tcpvigil_path_events_in_progress{{{SEL}}})", "{{instance}} {{scope}}")],
+              "short", 0, y),
+        panel("timeseries", "Hosts stopping towards one prefix",
+              "How many hosts had a network stop towards each remote prefix in the last minute: two or more is one path event across hosts.",
+              [target("prefix:tcpvigil_stopping_instances:count1m", "{{prefix}}")], "short", 12, y),
+    ]
+    y += 8
     ps.append(row("Throughput, fairness, limits", y))
     y += 1
     ps += [

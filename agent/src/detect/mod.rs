@@ -2,6 +2,7 @@
 pub mod fairness;
 pub mod limits;
 pub mod owner;
+pub mod path;
 pub mod stop;
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ pub struct DetectConfig {
     pub stop: stop::StopConfig,
     pub fairness: fairness::FairnessConfig,
     pub limits: limits::LimitsConfig,
+    pub path: path::PathConfig,
 }
 
 impl Default for DetectConfig {
@@ -23,6 +25,7 @@ impl Default for DetectConfig {
             stop: stop::StopConfig::default(),
             fairness: fairness::FairnessConfig::default(),
             limits: limits::LimitsConfig::default(),
+            path: path::PathConfig::default(),
         }
     }
 }
@@ -31,6 +34,7 @@ impl DetectConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.stop.validate()?;
         self.fairness.validate()?;
+        self.path.validate()?;
         self.limits.validate()
     }
 }
@@ -42,6 +46,7 @@ pub struct Detectors {
     stop: stop::StopDetector,
     fairness: fairness::FairnessDetector,
     limits: limits::LimitsDetector,
+    path: path::PathDetector,
 }
 
 impl Detectors {
@@ -51,6 +56,7 @@ impl Detectors {
             stop: stop::StopDetector::new(cfg.stop.clone()),
             fairness: fairness::FairnessDetector::new(cfg.fairness.clone()),
             limits: limits::LimitsDetector::new(cfg.limits.clone()),
+            path: path::PathDetector::new(cfg.path.clone()),
         }
     }
 
@@ -58,6 +64,7 @@ impl Detectors {
     pub fn observe(&mut self, ev: &Event, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();
         self.stop.observe(ev, out);
+        self.path.fold(table, out, from);
         self.fairness.observe(ev, table);
         self.limits.observe(ev, out);
         self.explain(from, out);
@@ -93,6 +100,7 @@ impl Detectors {
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();
         self.stop.tick(now_ns, out);
+        self.path.fold(table, out, from);
         self.fairness.tick(now_ns, table, out);
         self.explain(from, out);
     }

@@ -57,6 +57,19 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Path events: every connection to the prefix stopped (`all`), or some kept delivering (`partial`).
+pub const PATH_SCOPES: [&str; 2] = ["all", "partial"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrefixLabels {
+    pub prefix: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabels {
     pub group: String,
@@ -74,7 +87,7 @@ fn stop_histogram() -> Histogram {
 /// connections, and the overflow part of the per-connection set.
 pub fn fixed_series() -> usize {
     let n = STOP_CAUSES.len();
-    n + n * (STOP_BUCKETS.len() + 3) + n + 3 + 1 + LIMIT_REASONS.len() + ConnSeries::FIXED
+    n + n * (STOP_BUCKETS.len() + 3) + n + 3 + 1 + LIMIT_REASONS.len() + 2 * PATH_SCOPES.len() + ConnSeries::FIXED
 }
 
 /// The smallest `series_cap` that always holds: fixed series, health at its bounds, one connection.
@@ -101,6 +114,9 @@ pub struct Metrics {
     rtos: Counter,
     retrans_segs: Counter,
     unfair_groups: Gauge,
+    path_events: Family<ScopeLabels, Counter>,
+    path_events_in_progress: Family<ScopeLabels, Gauge>,
+    prefix_stops: Family<PrefixLabels, Gauge>,
     group_fairness: Family<GroupLabels, GaugeF>,
     group_even_split: Family<GroupLabels, GaugeF>,
     group_min_max: Family<GroupLabels, GaugeF>,
@@ -113,11 +129,15 @@ pub struct Metrics {
     series_cap: usize,
     max_groups: usize,
     /// Stops in progress: (cookie, start_ns) -> cause.
-    open_stops: HashMap<(u64, u64), CauseLabels>,
+    open_stops: HashMap<(u64, u64), (CauseLabels, Option<String>)>,
+    /// Remote prefixes with a network stop in progress, as last exported.
+    shown_prefixes: HashSet<String>,
     /// Limits in progress: (cookie, reason).
     open_limits: HashSet<(u64, &'static str)>,
     /// Unfair groups in progress.
     open_groups: HashMap<String, GroupValues>,
+    /// Path events going on: (prefix, start) -> scope.
+    open_paths: HashMap<(String, u64), &'static str>,
     shown_groups: HashSet<String>,
 }
 
@@ -155,6 +175,9 @@ impl Metrics {
             rtos: Counter::default(),
             retrans_segs: Counter::default(),
             unfair_groups: Gauge::default(),
+            path_events: Family::default(),
+            path_events_in_progress: Family::default(),
+            prefix_stops: Family::default(),
             group_fairness: Family::default(),
             group_even_split: Family::default(),
             group_min_max: Family::default(),
@@ -168,6 +191,8 @@ impl Metrics {
             open_stops: HashMap::new(),
             open_limits: HashSet::new(),
             open_groups: HashMap::new(),
+            open_paths: HashMap::new(),
+            shown_prefixes: HashSet::new(),
             shown_groups: HashSet::new(),
         };
         for (owner, cause) in STOP_CAUSES {
@@ -178,6 +203,10 @@ impl Metrics {
         }
         for reason in LIMIT_REASONS {
             let _ = m.limited.get_or_create(&ReasonLabels { reason });
+        }
+        for scope in PATH_SCOPES {
+            let _ = m.path_events.get_or_create(&ScopeLabels { scope });
+            let _ = m.path_events_in_progress.get_or_create(&ScopeLabels { scope });
         }
         m
     }
@@ -216,6 +245,21 @@ impl Metrics {
         );
         r.register("retransmission_timeouts", "Retransmission timeouts that fired (host-wide)", self.rtos.clone());
         r.register("retransmitted_segments", "Segments retransmitted (host-wide)", self.retrans_segs.clone());
+        r.register(
+            "path_events",
+            "Path events that ended: network stops of several connections to one remote prefix that began together, by scope (all connections to it stopped, or only some)",
+            self.path_events.clone(),
+        );
+        r.register(
+            "path_events_in_progress",
+            "Path events going on now, by scope",
+            self.path_events_in_progress.clone(),
+        );
+        r.register(
+            "prefix_stops_in_progress",
+            "Network stops going on now towards one remote prefix (detect.path lengths); only prefixes with one, the most stopped first",
+            self.prefix_stops.clone(),
+        );
         r.register(
             "unfair_groups",
             "Transfer groups whose streams share the path unfairly now",
@@ -283,7 +327,8 @@ impl Metrics {
                 let key = (f.conn.map_or(0, |c| c.cookie), f.start_ns);
                 if f.ongoing {
                     // In progress, with the owner and cause it has now (they sharpen as it lasts).
-                    self.open_stops.insert(key, l);
+                    let prefix = f.evidence.get("remote_prefix").and_then(|p| p.as_str()).map(str::to_string);
+                    self.open_stops.insert(key, (l, prefix));
                 } else {
                     // Counted once, when it ends, with the owner and cause it ended with.
                     self.open_stops.remove(&key);
@@ -325,13 +370,27 @@ impl Metrics {
                 }
                 self.unfair_groups.set(self.open_groups.len() as i64);
             }
+            FindingKind::Path => {
+                let scope = if f.cause.ends_with("partial") { "partial" } else { "all" };
+                let key = (f.group.clone().unwrap_or_default(), f.start_ns);
+                if f.ongoing {
+                    self.open_paths.insert(key, scope);
+                } else {
+                    self.open_paths.remove(&key);
+                    self.path_events.get_or_create(&ScopeLabels { scope }).inc();
+                }
+                for scope in PATH_SCOPES {
+                    let n = self.open_paths.values().filter(|s| **s == scope).count();
+                    self.path_events_in_progress.get_or_create(&ScopeLabels { scope }).set(n as i64);
+                }
+            }
         }
     }
 
     fn update_open_stops(&self) {
         for (owner, cause) in STOP_CAUSES {
             let l = CauseLabels { owner, cause };
-            let n = self.open_stops.values().filter(|c| **c == l).count();
+            let n = self.open_stops.values().filter(|(c, _)| *c == l).count();
             self.stops_in_progress.get_or_create(&l).set(n as i64);
         }
     }
@@ -360,8 +419,30 @@ impl Metrics {
 
         let mut budget = self.series_cap.saturating_sub(fixed_series() + self.health.refresh(health));
         budget -= self.refresh_groups(budget);
+        budget -= self.refresh_prefixes(budget);
         let stopped: HashSet<u64> = self.open_stops.keys().map(|(c, _)| *c).collect();
         self.conns.refresh(table, &stopped, budget / PER_CONN_SERIES);
+    }
+
+    /// Set the series of the remote prefixes with network stops in progress, the most stopped
+    /// first, as many as fit (at most max_groups); returns the series used.
+    fn refresh_prefixes(&mut self, budget: usize) -> usize {
+        let mut n: HashMap<&str, i64> = HashMap::new();
+        for p in self.open_stops.values().filter_map(|(l, p)| p.as_deref().filter(|_| l.owner == "network")) {
+            *n.entry(p).or_default() += 1;
+        }
+        let mut v: Vec<(&str, i64)> = n.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v.truncate(self.max_groups.min(budget));
+        let keep: HashSet<String> = v.iter().map(|(p, _)| p.to_string()).collect();
+        for gone in self.shown_prefixes.difference(&keep) {
+            self.prefix_stops.remove(&PrefixLabels { prefix: gone.clone() });
+        }
+        for (p, k) in &v {
+            self.prefix_stops.get_or_create(&PrefixLabels { prefix: p.to_string() }).set(*k);
+        }
+        self.shown_prefixes = keep;
+        v.len()
     }
 
     /// Set the series of the most unfair groups that fit; returns the series used.

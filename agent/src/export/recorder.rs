@@ -300,10 +300,19 @@ impl Recorder {
     /// A new stop or unfair group opens a dump job (returned); a later report of the same finding
     /// extends the open job's window. Limits and findings without history return None.
     pub fn on_finding(&mut self, f: &Finding) -> Option<DumpJob> {
-        if f.kind == FindingKind::Limit {
+        if f.kind == FindingKind::Limit || f.evidence.get("path_event").is_some() {
+            // A stop that is part of a path event is dumped with the event.
             return None;
         }
         self.now_ns = self.now_ns.max(f.ts_ns);
+        if f.kind == FindingKind::Path {
+            // One event, one dump: its members' own stop dumps (the first stop is reported alone
+            // before the second shows it is a path event) give way to it.
+            let members = plot::finding_cookies(f);
+            self.jobs.retain(|j| {
+                !(j.finding.kind == FindingKind::Stop && j.finding.conn.is_some_and(|c| members.contains(&c.cookie)))
+            });
+        }
         let key = finding_key(f);
         let after = ns(self.cfg.seconds_after);
         let latest = match f.duration_s {
@@ -435,6 +444,7 @@ pub fn dump_name(job: &DumpJob, mono_to_unix_ns: i64) -> String {
         FindingKind::Stop => "stop",
         FindingKind::Unfair => "unfair",
         FindingKind::Limit => "limit",
+        FindingKind::Path => "path",
     };
     let who = job.finding.conn.map_or_else(|| format!("job{}", job.id), |c| c.cookie.to_string());
     format!("{kind}-{who}-{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)

@@ -502,3 +502,47 @@ fn rules_and_dashboards_use_only_exported_metric_names() {
 fn the_default_cap_is_valid_config() {
     assert!(ExportConfig::default().series_cap >= min_series_cap());
 }
+
+#[test]
+fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels() {
+    use crate::model::StopOwner;
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let stop = |i, prefix: &str| Finding {
+        owner: Some(StopOwner::Network),
+        evidence: json!({"remote_prefix": prefix}),
+        ..finding(FindingKind::Stop, i, "no_ack", true, None)
+    };
+    m.on_finding(&stop(1, "10.72.1.0/24"));
+    m.on_finding(&stop(2, "10.72.1.0/24"));
+    m.on_finding(&stop(3, "10.72.2.0/24"));
+    let path = |ongoing, d| Finding {
+        conn: None,
+        group: Some("10.72.1.0/24".into()),
+        owner: Some(StopOwner::Network),
+        ..finding(FindingKind::Path, 0, "path_stop_partial", ongoing, d)
+    };
+    m.on_finding(&path(true, None));
+    let mut t = ConnTable::new(false);
+    feed(&mut m, &mut t, 4);
+    m.refresh(&t, &Health::default());
+    let text = scrape(&r);
+    check_openmetrics(&text).unwrap();
+    for want in [
+        "tcpvigil_prefix_stops_in_progress{prefix=\"10.72.1.0/24\"} 2\n",
+        "tcpvigil_prefix_stops_in_progress{prefix=\"10.72.2.0/24\"} 1\n",
+        "tcpvigil_path_events_in_progress{scope=\"partial\"} 1\n",
+        "tcpvigil_path_events_total{scope=\"partial\"} 0\n",
+    ] {
+        assert!(text.contains(want), "missing {want}{text}");
+    }
+    // Everything ends: the prefix series go away, the event is counted once.
+    for i in 1..=3 {
+        m.on_finding(&finding(FindingKind::Stop, i, "no_ack", false, Some(2.0)));
+    }
+    m.on_finding(&path(false, Some(2.0)));
+    m.refresh(&t, &Health::default());
+    let text = scrape(&r);
+    assert!(!text.contains("tcpvigil_prefix_stops_in_progress{"), "{text}");
+    assert!(text.contains("tcpvigil_path_events_in_progress{scope=\"partial\"} 0\n"), "{text}");
+    assert!(text.contains("tcpvigil_path_events_total{scope=\"partial\"} 1\n"), "{text}");
+}

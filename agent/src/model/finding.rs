@@ -12,6 +12,8 @@ pub enum FindingKind {
     Unfair,
     /// Held back by buffers, missing options or a small MSS.
     Limit,
+    /// Network stops of several connections to one remote prefix that began together.
+    Path,
 }
 
 /// Who holds a stopped connection back.

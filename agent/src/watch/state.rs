@@ -338,6 +338,7 @@ impl WatchState {
             FindingKind::Stop => "STOP",
             FindingKind::Unfair => "UNFAIR",
             FindingKind::Limit => "LIMIT",
+            FindingKind::Path => "PATH",
         };
         // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent).
         let sharpened = f.kind == FindingKind::Stop

@@ -30,6 +30,14 @@ const EXCEPTED: &[(&str, Need)] = &[
             "the kernel skipping a program already running on that CPU: most campaigns have some, one CI run none",
         ),
     ),
+    (
+        "alert TcpvigilPathEventAcrossHosts",
+        Need::Never("network stops towards one prefix on two hosts; the campaign has one agent"),
+    ),
+    (
+        "alert TcpvigilPathEvent",
+        Need::Never("several connections to one prefix stopping together; the campaign's outage has one"),
+    ),
     ("alert TcpvigilUnfairGroup", Need::UnfairTruth("the agent finds a group unfair")),
     ("tcpvigil_group_", Need::UnfairTruth("group series exist only while the agent finds a group unfair")),
     (
