@@ -197,6 +197,14 @@ impl Conn {
         let e = &self.ev;
         let owner = if e.rtos > 0 || e.retrans_segs > 0 {
             StopOwner::Network
+        } else if self.hold.exact
+            && self.hold.in_flight > 0
+            && self.hold.usable_wnd < self.hold.mss.max(1) as u64
+            && e.acks > 0
+        {
+            // ACKs keep coming and each opens the window by a trickle: a receiver reading slowly,
+            // not a network losing data (that would retransmit or time out).
+            StopOwner::Receiver
         } else if trusted {
             self.hold.owner()
         } else {
@@ -781,6 +789,28 @@ mod tests {
         let last = out.last().unwrap();
         assert!(!last.ongoing);
         assert_eq!((last.owner, last.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"));
+    }
+
+    #[test]
+    fn a_receiver_reading_a_trickle_with_its_window_full_is_the_receivers_stop() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (mut t, mut acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        // Every 100 ms an ACK for 2 KB opens the window by as much, which the sender fills at once.
+        for _ in 0..20 {
+            t += 100 * MS;
+            acked += 2000;
+            let mut s = super::tests_support::sample(acked);
+            s.packets_out = 2;
+            s.snd_una = 10_000;
+            s.snd_nxt = 12_000;
+            s.snd_wnd = 2000;
+            d.observe(&ev(t, Body::Sample(s)), &mut out);
+            d.tick(t, &mut out);
+        }
+        let first = out.first().expect("a stop: almost nothing delivered");
+        assert_eq!((first.owner, first.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"), "{out:?}");
+        assert!(out.iter().all(|f| f.owner != Some(StopOwner::Network)), "{out:?}");
     }
 
     #[test]
