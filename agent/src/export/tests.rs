@@ -467,6 +467,12 @@ fn rules_and_dashboards_use_only_exported_metric_names() {
         evidence: json!({"jain": 0.7}),
         ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
     });
+    // A network stop in progress to a remote prefix (the per-prefix series exist only then).
+    m.on_finding(&Finding {
+        owner: Some(crate::model::StopOwner::Network),
+        evidence: json!({"remote_prefix": "10.72.1.0/24"}),
+        ..finding(FindingKind::Stop, 4, "no_ack", true, None)
+    });
     let mut h = health();
     h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
     m.refresh(&t, &h);
