@@ -213,6 +213,8 @@ fn outage_stop_gets_one_dump_with_recording_finding_and_pictures() {
     let (truth, all, dumps) = run("outage", None);
     let mine = my_findings(&all, &truth);
     assert_eq!(mine.len(), 1, "one stop expected: {mine:#?}");
+    // A single connection's stop stays a single stop.
+    assert!(all.iter().all(|f| f["kind"] != "path" && f["evidence"]["path_event"].is_null()), "{all:#?}");
     let pairs = pair_findings_and_dumps(&mine, &dumps, &truth);
     let (f, d) = &pairs[0];
     assert_eq!((f["cause"].as_str(), d.finding.cause.as_str()), (Some("path_silent"), "path_silent"));
@@ -314,4 +316,88 @@ fn parallel_4_unfair_group_gets_one_dump_with_every_stream() {
     if let Some(d) = dumps.first() {
         let _ = std::fs::remove_dir_all(d.dir.parent().unwrap());
     }
+}
+
+/// `path-outage` (three sender hosts, two destination prefixes; the path to 10.72.1.0/24 fails for
+/// 3 s): exactly one path event, naming that prefix and its three data connections (scope all:
+/// the connections to it all stopped), none of the other prefix's; one dump holding every member;
+/// the members' stops are network stops marked with the event and get no dump of their own;
+/// tcpvigil_path_events_total counts it once.
+#[test]
+fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_untouched() {
+    if !require_root("flight recorder path-outage") {
+        return;
+    }
+    let sc = Scenario::by_name("path-outage").expect("scenario");
+    let out = std::env::temp_dir().join(format!("tvf-runs-{}", std::process::id()));
+    let opts = RunOptions { out_dir: out, progress: false, ..Default::default() };
+    let (truth, (all, dir, metrics)) = sc
+        .run_with(
+            &opts,
+            |_lab: &Lab| Ok(Daemon::start("path-outage", "")),
+            |d, _lab, _truth| {
+                std::thread::sleep(Duration::from_millis(1500));
+                settled_dumps(&d.dumps);
+                let metrics = d.scrape().expect("scrape");
+                let dir = d.dumps.clone();
+                Ok((d.stop(), dir, metrics))
+            },
+        )
+        .expect("scenario ran");
+    let dumps: Vec<Dump> = settled_dumps(&dir).iter().map(|p| Dump::read(p)).collect();
+    let paths: Vec<&Value> = all.iter().filter(|f| f["kind"] == "path").collect();
+    for p in &paths {
+        eprintln!("path report: {} {} ongoing {} evidence {}", p["group"], p["cause"], p["ongoing"], p["evidence"]);
+    }
+    let stops: Vec<&Value> = all.iter().filter(|f| f["kind"] == "stop").collect();
+    for f in &stops {
+        eprintln!(
+            "stop: {} -> {} {} {} path_event {}",
+            f["conn"]["local"], f["conn"]["remote"], f["owner"], f["cause"], f["evidence"]["path_event"]
+        );
+    }
+    // One event (its in-progress and end reports share the start), naming 10.72.1.0/24.
+    let starts: BTreeSet<String> = paths.iter().map(|p| p["start"].to_string()).collect();
+    assert_eq!(starts.len(), 1, "one path event expected: {paths:#?}");
+    assert!(paths.iter().all(|p| p["group"] == "10.72.1.0/24"), "{paths:#?}");
+    let last = paths.last().unwrap();
+    assert_eq!(last["ongoing"], false, "the event ended: {last}");
+    assert_eq!(last["cause"], "path_stop_all", "every connection to the prefix stopped: {last}");
+    // Its members: the three data connections to r0 (the lab's senders, port 5201+), none to r1.
+    let r0 = truth.receivers[0].addr.to_string();
+    let members: BTreeSet<String> = last["evidence"]["conns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["remote"].as_str().unwrap().to_string())
+        .collect();
+    let locals: BTreeSet<&str> =
+        last["evidence"]["conns"].as_array().unwrap().iter().map(|c| c["local"].as_str().unwrap()).collect();
+    assert!(members.iter().all(|m| m.starts_with(&format!("{r0}:"))), "members {members:?}");
+    let senders: BTreeSet<String> = locals.iter().map(|l| l.rsplit_once(':').unwrap().0.to_string()).collect();
+    let want: BTreeSet<String> = truth.senders.iter().map(|h| h.addr.to_string()).collect();
+    assert_eq!(senders, want, "a member from every sender host: {locals:?}");
+    assert_eq!(last["evidence"]["stopped"], 3, "{last}");
+    // No network stop on the connections to the other prefix.
+    let r1 = truth.receivers[1].addr.to_string();
+    let other: Vec<&&Value> = stops
+        .iter()
+        .filter(|f| f["conn"]["remote"].as_str().is_some_and(|r| r.starts_with(&format!("{r1}:"))))
+        .collect();
+    assert!(other.is_empty(), "stops on the healthy prefix: {other:#?}");
+    // Members' stops: network, marked with the event.
+    for f in stops.iter().filter(|f| f["ongoing"] == false) {
+        assert_eq!(f["owner"], "network", "{f}");
+        assert!(!f["evidence"]["path_event"].is_null(), "a member stop not marked with the event: {f}");
+    }
+    // One dump: the path event's, with every member's events.
+    let kinds: Vec<FindingKind> = dumps.iter().map(|d| d.finding.kind).collect();
+    assert_eq!(kinds, vec![FindingKind::Path], "dumps: {:?}", dumps.iter().map(|d| &d.dir).collect::<Vec<_>>());
+    let cookies: BTreeSet<u64> = dumps[0].rec.events.iter().map(|e| e.conn.cookie).collect();
+    for c in last["evidence"]["conns"].as_array().unwrap() {
+        assert!(cookies.contains(&c["cookie"].as_u64().unwrap()), "member {c} not in the dump");
+    }
+    let counted = support::daemon::value(&metrics, "tcpvigil_path_events_total{scope=\"all\"}");
+    assert_eq!(counted, Some(1.0), "{metrics}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

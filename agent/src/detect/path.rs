@@ -82,14 +82,11 @@ struct Stop {
 
 #[derive(Debug)]
 struct Event {
+    /// The first start when the event formed: its identity in every report (a member found
+    /// later may have stopped a little earlier; its offset is then negative).
+    start_ns: u64,
     members: Vec<Stop>,
     not_stopped: Vec<ConnId>,
-}
-
-impl Event {
-    fn first_start(&self) -> u64 {
-        self.members.iter().map(|m| m.start_ns).min().unwrap_or(0)
-    }
 }
 
 pub struct PathDetector {
@@ -156,7 +153,7 @@ impl PathDetector {
                 return if changed { Joined::Report { over } } else { Joined::Member };
             }
             let w = self.cfg.window_ns((s.srtt_ms * 1e3) as u32);
-            if network && s.end_ns.is_none() && s.start_ns.abs_diff(ev.first_start()) <= w {
+            if network && s.end_ns.is_none() && s.start_ns.abs_diff(ev.start_ns) <= w {
                 ev.not_stopped.retain(|c| c.cookie != cookie);
                 ev.members.push(s);
                 return Joined::Report { over: false };
@@ -186,7 +183,8 @@ impl PathDetector {
             .filter(|e| bytes(e) >= cfg.min_bytes && e.last_ns + 2_000_000_000 >= s.start_ns)
             .map(|e| e.id)
             .collect();
-        self.events.insert(prefix.to_string(), Event { members: near, not_stopped });
+        let start_ns = near.iter().map(|m| m.start_ns).min().unwrap_or(s.start_ns);
+        self.events.insert(prefix.to_string(), Event { start_ns, members: near, not_stopped });
         Joined::Report { over: false }
     }
 }
@@ -204,8 +202,8 @@ enum Joined {
 
 /// The event's finding: one per change, `ongoing` until every member's stop ended.
 fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
-    let first = ev.first_start();
-    let last = ev.members.iter().map(|m| m.start_ns).max().unwrap_or(first);
+    let first = ev.start_ns;
+    let last = ev.members.iter().map(|m| m.start_ns).max().unwrap_or(first).max(first);
     let end = ev.members.iter().filter_map(|m| m.end_ns).max().unwrap_or(now);
     let mut causes: std::collections::BTreeMap<&str, u32> = Default::default();
     for m in &ev.members {
@@ -234,7 +232,7 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
                 "local": m.id.tuple.local.to_string(),
                 "remote": m.id.tuple.remote.to_string(),
                 "cause": m.cause,
-                "start_offset_s": m.start_ns.saturating_sub(first) as f64 / 1e9,
+                "start_offset_s": (m.start_ns as i64 - first as i64) as f64 / 1e9,
                 "ended": m.end_ns.is_some(),
             })).collect::<Vec<_>>(),
             "not_stopped_conns": ev.not_stopped.iter().map(|c| json!({
@@ -326,6 +324,22 @@ mod tests {
         let end = out.iter().find(|f| f.kind == FindingKind::Path).expect("the event ends");
         assert!(!end.ongoing);
         assert!((end.duration_s.unwrap() - 2.07).abs() < 1e-6, "{end:?}");
+    }
+
+    #[test]
+    fn a_member_found_later_that_stopped_earlier_keeps_the_event_one_event() {
+        let (a, b, c) = (id(1, "10.72.1.2:5201"), id(2, "10.72.1.3:5201"), id(3, "10.72.1.4:5201"));
+        let t = table(&[a, b, c], 1000);
+        let mut d = PathDetector::new(PathConfig::default());
+        fold(&mut d, &t, stop(a, 1010, 1200, StopOwner::Network, None));
+        let formed = fold(&mut d, &t, stop(b, 1020, 1210, StopOwner::Network, None));
+        let grown = fold(&mut d, &t, stop(c, 1000, 1230, StopOwner::Network, None));
+        let (formed, grown) = (&formed[1], &grown[1]);
+        assert_eq!((formed.start_ns, grown.start_ns), (1010 * MS, 1010 * MS), "one identity across reports");
+        assert_eq!(grown.evidence["stopped"], 3);
+        let offsets: Vec<f64> =
+            grown.evidence["conns"].as_array().unwrap().iter().map(|m| m["start_offset_s"].as_f64().unwrap()).collect();
+        assert_eq!(offsets, vec![0.0, 0.01, -0.01]);
     }
 
     #[test]

@@ -324,6 +324,12 @@ impl Recorder {
             let limit = j.from_ns + ns(self.cfg.seconds_before + self.cfg.seconds_after) + ns(600.0);
             j.until_ns = j.until_ns.max(latest + after).min(limit);
             j.finding = f.clone();
+            // A path event grows: connections that stopped after its first report join its dump.
+            for k in plot::finding_cookies(f) {
+                if self.conns.contains_key(&k) && !j.cookies.contains(&k) {
+                    j.cookies.push(k);
+                }
+            }
             return None;
         }
         if self.done.contains(&key) {

@@ -22,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "outage",
     "lost-retransmit",
     "zero-window",
+    "path-outage",
 ];
 
 fn kv(k: &str, v: &str) -> (String, String) {
@@ -157,7 +158,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 Some("003_18e0ec4627adf6ee.txt"),
                 "Paper: a window far larger than the path allows loses a burst of consecutive segments, fast recovery runs out of duplicate ACKs, the sender idles until the RTO. Here the burst loss is made deterministic: at 3 s every data packet is dropped for 300 ms (ACKs still flow), 40 ms RTT, tbf 100 Mbit/s, 8 s. The whole flight and the tail-loss probe are lost, so only the RTO (min 200 ms + RTT) recovers.",
                 lab(1, shaped(40.0, 100.0, None)), one_flow(8.0));
-            s.events.push(Event::Outage { at_s: 3.0, for_s: 0.3, dir: Some(Dir::Forward) });
+            s.events.push(Event::Outage { at_s: 3.0, for_s: 0.3, dir: Some(Dir::Forward), receiver: None });
             s.expected.push(Expected::new("stop", "rto", Some(3.0), Some(0.5),
                 "003: delivery stops at ~3 s until the retransmission timer fires (TcpExtTCPTimeouts >= 1); cause: recovery ran out, RTO"));
             s
@@ -179,7 +180,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut s = base("outage", "a 2.5 s blackhole (both directions) from 3 s: the connection stops, backs off, resumes", None,
                 "Every forwarded packet is dropped from 3.0 s to 5.5 s after traffic start (nft rule inserted/deleted on a timer; the injection records the exact CLOCK_MONOTONIC times). 20 ms RTT, tbf 200 Mbit/s, 10 s.",
                 lab(1, shaped(20.0, 200.0, Some(500_000))), one_flow(10.0));
-            s.events.push(Event::Outage { at_s: 3.0, for_s: 2.5, dir: None });
+            s.events.push(Event::Outage { at_s: 3.0, for_s: 2.5, dir: None, receiver: None });
             s.expected.push(Expected::new("stop", "outage", Some(3.0), Some(2.5),
                 "nothing delivered from ~3 s; RTOs with exponential backoff; the stop can outlast the outage by up to one backed-off RTO"));
             s
@@ -203,6 +204,22 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 Traffic::Plain(PlainSpec { sender: 0, receiver: 0, duration_s: 8.0, pause: Some(Pause { at_s: 2.0, for_s: 3.0 }), rcvbuf: Some(256 * 1024), port: 5301 }));
             s.expected.push(Expected::new("stop", "zero-window", Some(2.0), Some(3.0),
                 "the receiver advertises a zero window (TcpExtTCPToZeroWindowAdv on the receiver), the sender sends window probes; the cause is the receiving application, not the network"));
+            s
+        }
+        "path-outage" => {
+            // Three sender hosts; r0 (10.72.1.0/24) gets three connections, r1 (10.72.2.0/24) two.
+            let mut l = lab(3, shaped(20.0, 100.0, Some(250_000)));
+            l.topo.receivers = 2;
+            let flows = [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1)]
+                .into_iter()
+                .map(|(sender, receiver)| IperfFlow { sender, receiver, streams: 1, start_offset_ms: 0.0 })
+                .collect();
+            let mut s = base("path-outage", "three hosts send to two destination prefixes; the path to one prefix fails for 3 s from 4 s: one path event, the other prefix untouched", None,
+                "Five iperf3 clients from three sender namespaces (standing for hosts): s0, s1, s2 to r0 (10.72.1.2) and s0, s1 to r1 (10.72.2.2); tbf 100 Mbit/s per receiver link, 20 ms RTT, 10 s. From 4 s to 7 s the router drops every packet to and from r0 only (two nft rules matching its address). The three connections to 10.72.1.0/24 stop within an RTT of each other; the two to 10.72.2.0/24 keep delivering.",
+                l, Traffic::Iperf { flows, duration_s: 10.0, bytes: None, cc: Some(PAPERS_CC.into()) });
+            s.events.push(Event::Outage { at_s: 4.0, for_s: 3.0, dir: None, receiver: Some(0) });
+            s.expected.push(Expected::new("path", "outage", Some(4.0), Some(3.0),
+                "one path event naming 10.72.1.0/24 with all three of its connections (scope all) and none to 10.72.2.0/24; each member's stop is a network stop marked with the event"));
             s
         }
         other => return Err(LabError::Invalid(format!("unknown scenario `{other}`; known: {}", NAMES.join(", ")))),

@@ -5,6 +5,7 @@ use crate::delay::{DelayLine, DelayStats, Policer};
 use crate::error::{LabError, Result};
 use crate::topo::Topology;
 use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -226,26 +227,44 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
     Ok(applied)
 }
 
-/// A drop-everything rule in place (an outage); remove it with [`AppliedPath::outage_end`].
-#[derive(Debug, Clone, Copy)]
-pub struct OutageHandle(u64);
+/// The drop rules of an outage in place; remove them with [`AppliedPath::outage_end`].
+#[derive(Debug, Clone)]
+pub struct OutageHandle(Vec<u64>);
+
+/// The nft matches of an outage: every forwarded packet of `dir` (None = both), or with `only`
+/// the packets to (forward) and from (reverse) that host alone, one rule per direction.
+fn outage_matches(dir: Option<Dir>, only: Option<Ipv4Addr>) -> Vec<String> {
+    let iif = |d: Dir| format!("iifname \"{}\" ", d.iif_nft());
+    match (dir, only) {
+        (None, None) => vec![String::new()],
+        (Some(d), None) => vec![iif(d)],
+        (d, Some(a)) => [Dir::Forward, Dir::Reverse]
+            .into_iter()
+            .filter(|x| d.is_none_or(|d| d == *x))
+            .map(|x| format!("{}ip {} {a} ", iif(x), if x == Dir::Forward { "daddr" } else { "saddr" }))
+            .collect(),
+    }
+}
 
 impl AppliedPath {
-    /// Starts an outage: inserts an nft rule dropping every forwarded packet of `dir` (None = both directions).
-    pub fn outage_begin(&self, dir: Option<Dir>) -> Result<OutageHandle> {
-        let m = dir.map(|d| format!("iifname \"{}\" ", d.iif_nft())).unwrap_or_default();
-        let out = nft(&self.router, &format!("insert rule ip {TABLE} {CHAIN} {m}counter drop comment \"outage\""))?;
-        out.split_whitespace()
-            .skip_while(|w| *w != "handle")
-            .nth(1)
-            .and_then(|h| h.parse().ok())
-            .map(OutageHandle)
-            .ok_or_else(|| LabError::Parse { what: "nft --echo --handle".into(), detail: out.clone() })
+    /// Starts an outage: inserts nft rules dropping every forwarded packet of `dir` (None = both
+    /// directions), or with `only` just those to and from that host.
+    pub fn outage_begin(&self, dir: Option<Dir>, only: Option<Ipv4Addr>) -> Result<OutageHandle> {
+        let mut handles = Vec::new();
+        for m in outage_matches(dir, only) {
+            let out = nft(&self.router, &format!("insert rule ip {TABLE} {CHAIN} {m}counter drop comment \"outage\""))?;
+            let h = out.split_whitespace().skip_while(|w| *w != "handle").nth(1).and_then(|h| h.parse().ok());
+            handles.push(h.ok_or_else(|| LabError::Parse { what: "nft --echo --handle".into(), detail: out.clone() })?);
+        }
+        Ok(OutageHandle(handles))
     }
 
     /// Ends an outage.
     pub fn outage_end(&self, h: OutageHandle) -> Result<()> {
-        cmd::run_in(&self.router, &["nft", &format!("delete rule ip {TABLE} {CHAIN} handle {}", h.0)]).map(|_| ())
+        for handle in h.0 {
+            cmd::run_in(&self.router, &["nft", &format!("delete rule ip {TABLE} {CHAIN} handle {handle}")])?;
+        }
+        Ok(())
     }
 
     /// nft rule counters by comment (`police-forward`, `loss-reverse`, `outage`, ...): (packets, bytes) dropped.
@@ -331,5 +350,22 @@ impl AppliedPath {
 impl Drop for AppliedPath {
     fn drop(&mut self) {
         let _ = self.stop_delay();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_of_one_host_drops_what_goes_to_it_and_what_comes_from_it() {
+        assert_eq!(outage_matches(None, None), vec![String::new()]);
+        assert_eq!(outage_matches(Some(Dir::Reverse), None), vec!["iifname \"r*\" ".to_string()]);
+        let a: Ipv4Addr = "10.72.1.2".parse().unwrap();
+        assert_eq!(
+            outage_matches(None, Some(a)),
+            vec!["iifname \"s*\" ip daddr 10.72.1.2 ".to_string(), "iifname \"r*\" ip saddr 10.72.1.2 ".to_string()]
+        );
+        assert_eq!(outage_matches(Some(Dir::Forward), Some(a)), vec!["iifname \"s*\" ip daddr 10.72.1.2 ".to_string()]);
     }
 }

@@ -294,7 +294,7 @@ impl Scenario {
 
 fn run_events(lab: &Lab, events: &[Event], t0: Instant, stop: &AtomicBool, log: &Mutex<Vec<Injection>>) {
     for ev in events {
-        let Event::Outage { at_s, for_s, dir } = *ev;
+        let Event::Outage { at_s, for_s, dir, receiver } = *ev;
         let at = t0 + Duration::from_secs_f64(at_s);
         while Instant::now() < at {
             if stop.load(Ordering::Relaxed) {
@@ -303,7 +303,8 @@ fn run_events(lab: &Lab, events: &[Event], t0: Instant, stop: &AtomicBool, log: 
             std::thread::sleep((at - Instant::now()).min(Duration::from_millis(2)));
         }
         let requested = Stamp::now();
-        let Ok(h) = lab.path().outage_begin(dir) else { continue };
+        let only = receiver.and_then(|j| lab.receivers().get(j)).map(|h| h.addr);
+        let Ok(h) = lab.path().outage_begin(dir, only) else { continue };
         let start = Stamp::now();
         let until = at + Duration::from_secs_f64(for_s);
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -320,6 +321,7 @@ fn run_events(lab: &Lab, events: &[Event], t0: Instant, stop: &AtomicBool, log: 
         if let Ok(mut v) = log.lock() {
             v.push(Injection { kind: "outage".into(), dir: d.into(), detail: json!({
                 "at_s": at_s, "for_s": for_s, "what": "nft drop rule in the router's forward chain",
+                "receiver": only.map(|a| a.to_string()),
                 "note": "the rule is certainly in force from start to end; its true edges lie within [begin_requested, start] and [end, end_confirmed]",
                 "begin_requested": requested, "end_confirmed": confirmed,
             }), start, end: Some(end) });

@@ -12,8 +12,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Event {
-    /// Drop every packet of `dir` (None = both) from `at_s` for `for_s` seconds after traffic start.
-    Outage { at_s: f64, for_s: f64, dir: Option<Dir> },
+    /// Drop every packet of `dir` (None = both) from `at_s` for `for_s` seconds after traffic start;
+    /// with `receiver`, only the packets to and from that receiver (one remote prefix fails).
+    Outage {
+        at_s: f64,
+        for_s: f64,
+        dir: Option<Dir>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        receiver: Option<usize>,
+    },
 }
 
 /// A named, reproducible situation with the diagnosis the agent should make.
@@ -201,7 +208,7 @@ impl Scenario {
         }
         if let Some(at) = k.outage_at {
             self.events.retain(|e| !matches!(e, Event::Outage { .. }));
-            self.events.push(Event::Outage { at_s: at, for_s: k.outage_for.unwrap_or(2.5), dir: None });
+            self.events.push(Event::Outage { at_s: at, for_s: k.outage_for.unwrap_or(2.5), dir: None, receiver: None });
         } else if let Some(f) = k.outage_for {
             let mut found = false;
             for Event::Outage { for_s, .. } in self.events.iter_mut() {

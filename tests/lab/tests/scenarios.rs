@@ -85,6 +85,33 @@ fn check(t: &Truth) -> Result<(), String> {
             let r = t.retx_drop.clone().ok_or("no retx_drop counters")?;
             need(r.dropped == 20 && s.lost_retransmits > 0, format!("{r:?}, lost retransmits {}", s.lost_retransmits))
         }
+        "path-outage" => {
+            let o = t.injections_of("outage");
+            let o = o.first().ok_or("no outage injection recorded")?;
+            let (a, b) =
+                (o.start.secs_since(&t.traffic_start), o.end.map(|e| e.secs_since(&t.traffic_start)).unwrap_or(0.0));
+            need(o.detail["receiver"] == "10.72.1.2", format!("outage of {} (want 10.72.1.2)", o.detail["receiver"]))?;
+            // bytes_acked of every data connection inside the outage: flat to r0, moving to r1.
+            let mut moved: std::collections::BTreeMap<(String, String), (u64, u64)> = Default::default();
+            for smp in t.ss_samples.iter().filter(|x| {
+                let at = x.at.secs_since(&t.traffic_start);
+                at > a + 0.2 && at < b
+            }) {
+                for c in smp.conns.iter().filter(|c| c.bytes_acked.unwrap_or(0) > 1_000_000) {
+                    let v = c.bytes_acked.unwrap_or(0);
+                    let e = moved.entry((c.local.clone(), c.peer.clone())).or_insert((v, v));
+                    *e = (e.0.min(v), e.1.max(v));
+                }
+            }
+            let to = |ip: &str| moved.iter().filter(|(k, _)| k.1.starts_with(ip)).map(|(_, v)| v.1 - v.0).collect();
+            let (r0, r1): (Vec<u64>, Vec<u64>) = (to("10.72.1.2:"), to("10.72.2.2:"));
+            need(
+                r0.len() == 3 && r1.len() == 2,
+                format!("data connections sampled: {} to r0, {} to r1", r0.len(), r1.len()),
+            )?;
+            need(r0.iter().all(|&d| d == 0), format!("bytes acked to r0 during its outage: {r0:?}"))?;
+            need(r1.iter().all(|&d| d > 0), format!("a connection to r1 stopped during r0's outage: {r1:?}"))
+        }
         "zero-window" => need(t.receiver_counter("TcpExtTCPToZeroWindowAdv") >= 1, "no zero window advertised".into()),
         other => Err(format!("no check for scenario {other}")),
     }

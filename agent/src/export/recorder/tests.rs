@@ -154,6 +154,43 @@ fn unfair_dump_holds_every_stream_of_the_group() {
 }
 
 #[test]
+fn a_path_event_dump_holds_the_members_that_joined_after_its_first_report() {
+    use crate::model::StopOwner;
+    let (rec, _) = synth::parallel();
+    let mut r = Recorder::new(cfg(Path::new("/x"))).unwrap();
+    let t = rec.events.len() / 2;
+    for e in &rec.events[..t] {
+        r.on_event(e);
+    }
+    let now = rec.events[t].ts_ns;
+    let path = |cookies: &[u64], ongoing: bool| Finding {
+        kind: FindingKind::Path,
+        ts_ns: now,
+        start_ns: now - 1_000_000_000,
+        duration_s: (!ongoing).then_some(1.0),
+        conn: None,
+        group: Some("10.72.1.0/24".into()),
+        ongoing,
+        cause: "path_stop_partial".into(),
+        owner: Some(StopOwner::Network),
+        evidence: serde_json::json!({"conns": cookies.iter().map(|c| serde_json::json!({"cookie": c})).collect::<Vec<_>>()}),
+    };
+    let job = r.on_finding(&path(&[50000, 50001], true)).expect("the first report opens the dump");
+    assert_eq!(job.cookies, vec![50000, 50001]);
+    assert_eq!(r.on_finding(&path(&[50000, 50001, 50002], false)), None);
+    let mut ready = Vec::new();
+    for e in &rec.events[t..] {
+        r.on_event(e);
+        ready.extend(r.take_ready(e.ts_ns));
+    }
+    assert_eq!(ready.len(), 1);
+    let mut cookies: Vec<u64> = ready[0].events.iter().map(|e| e.conn.cookie).collect();
+    cookies.sort_unstable();
+    cookies.dedup();
+    assert_eq!(cookies, vec![50000, 50001, 50002], "the member that joined later is in the dump");
+}
+
+#[test]
 fn dump_names_use_utc_dates() {
     assert_eq!(civil(0), (1970, 1, 1));
     assert_eq!(civil(19_675), (2023, 11, 14));
