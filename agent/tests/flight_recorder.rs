@@ -397,6 +397,15 @@ fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_
     for c in last["evidence"]["conns"].as_array().unwrap() {
         assert!(cookies.contains(&c["cookie"].as_u64().unwrap()), "member {c} not in the dump");
     }
+    // Its picture: every member's goodput in one figure, the event's prefix in the title.
+    let (_, plotted) = analyze_and_plot(&dumps[0]);
+    let group = plotted.iter().find(|p| p.ends_with("group-1.png")).expect("a picture of the event's connections");
+    check_png(group);
+    let svg = std::fs::read_to_string(group.with_extension("svg")).unwrap();
+    assert!(svg.contains("path event: the connections to 10.72.1.0/24"), "the picture does not name the event");
+    if let Ok(dir) = std::env::var("TCPVIGIL_DOCS_IMG") {
+        std::fs::copy(group, PathBuf::from(dir).join("dump-path-event.png")).unwrap();
+    }
     let counted = support::daemon::value(&metrics, "tcpvigil_path_events_total{scope=\"all\"}");
     assert_eq!(counted, Some(1.0), "{metrics}");
     let _ = std::fs::remove_dir_all(&dir);

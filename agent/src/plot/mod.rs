@@ -139,23 +139,29 @@ pub fn plot_recording(
         write_pair(out_dir, &format!("conn-{cookie}"), &figure::conn_figure(&s), &mut written)?;
         all.push(s);
     }
-    // Groups: what unfair findings name, else streams sharing local address and remote end.
+    // Groups: what unfair findings and path events name, else streams sharing local address and
+    // remote end.
     let mut groups: Vec<(String, Vec<u64>)> = Vec::new();
-    for f in findings.iter().filter(|f| f.kind == FindingKind::Unfair) {
+    for f in findings.iter().filter(|f| matches!(f.kind, FindingKind::Unfair | FindingKind::Path)) {
         let members = finding_cookies(f);
+        let name = f.group.clone().unwrap_or_else(|| "unfair group".into());
+        let title = match f.kind {
+            FindingKind::Path => format!("path event: the connections to {name}"),
+            _ => format!("parallel streams: {name}"),
+        };
         if members.len() > 1 && !groups.iter().any(|g| g.1 == members) {
-            groups.push((f.group.clone().unwrap_or_else(|| "unfair group".into()), members));
+            groups.push((title, members));
         }
     }
     if groups.is_empty() {
         let mut by_path: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for s in &all {
             let key = format!("{} → {}", s.id.tuple.local.ip(), s.id.tuple.remote);
-            by_path.entry(key).or_default().push(s.id.cookie);
+            by_path.entry(format!("parallel streams: {key}")).or_default().push(s.id.cookie);
         }
         groups.extend(by_path.into_iter().filter(|g| g.1.len() > 1));
     }
-    for (n, (name, members)) in groups.iter().enumerate() {
+    for (n, (title, members)) in groups.iter().enumerate() {
         let streams: Vec<ConnSeries> = members
             .iter()
             .filter_map(|k| all.iter().find(|s| s.id.cookie == *k))
@@ -169,8 +175,7 @@ pub fn plot_recording(
         if streams.len() < 2 {
             continue;
         }
-        let title = format!("parallel streams: {name}");
-        write_pair(out_dir, &format!("group-{}", n + 1), &figure::group_figure(&title, &streams), &mut written)?;
+        write_pair(out_dir, &format!("group-{}", n + 1), &figure::group_figure(title, &streams), &mut written)?;
     }
     Ok(written)
 }
