@@ -213,8 +213,14 @@ fn outage_stop_gets_one_dump_with_recording_finding_and_pictures() {
     let (truth, all, dumps) = run("outage", None);
     let mine = my_findings(&all, &truth);
     assert_eq!(mine.len(), 1, "one stop expected: {mine:#?}");
-    // A single connection's stop stays a single stop.
-    assert!(all.iter().all(|f| f["kind"] != "path" && f["evidence"]["path_event"].is_null()), "{all:#?}");
+    // A single connection's stop stays a single stop (no event holds it; the daemon sees the host).
+    let ours = senders_netns(&truth);
+    let in_lab = |v: &Value| v["netns"].as_u64().is_some_and(|n| ours.contains(&(n as u32)));
+    let joined = all.iter().filter(|f| {
+        (f["kind"] == "path" && f["evidence"]["conns"].as_array().is_some_and(|c| c.iter().any(in_lab)))
+            || (in_lab(&f["conn"]) && !f["evidence"]["path_event"].is_null())
+    });
+    assert_eq!(joined.count(), 0, "{all:#?}");
     let pairs = pair_findings_and_dumps(&mine, &dumps, &truth);
     let (f, d) = &pairs[0];
     assert_eq!((f["cause"].as_str(), d.finding.cause.as_str()), (Some("path_silent"), "path_silent"));
@@ -344,12 +350,22 @@ fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_
             },
         )
         .expect("scenario ran");
-    let dumps: Vec<Dump> = settled_dumps(&dir).iter().map(|p| Dump::read(p)).collect();
-    let paths: Vec<&Value> = all.iter().filter(|f| f["kind"] == "path").collect();
+    // This lab's namespaces only: the daemon sees the whole host (other labs may run beside it).
+    let ours = senders_netns(&truth);
+    let in_lab = |v: &Value| v["netns"].as_u64().is_some_and(|n| ours.contains(&(n as u32)));
+    let dumps: Vec<Dump> = settled_dumps(&dir)
+        .iter()
+        .map(|p| Dump::read(p))
+        .filter(|d| d.netns().iter().any(|n| ours.contains(n)))
+        .collect();
+    let paths: Vec<&Value> = all
+        .iter()
+        .filter(|f| f["kind"] == "path" && f["evidence"]["conns"].as_array().is_some_and(|c| c.iter().all(in_lab)))
+        .collect();
     for p in &paths {
         eprintln!("path report: {} {} ongoing {} evidence {}", p["group"], p["cause"], p["ongoing"], p["evidence"]);
     }
-    let stops: Vec<&Value> = all.iter().filter(|f| f["kind"] == "stop").collect();
+    let stops: Vec<&Value> = all.iter().filter(|f| f["kind"] == "stop" && in_lab(&f["conn"])).collect();
     for f in &stops {
         eprintln!(
             "stop: {} -> {} {} {} path_event {}",
@@ -362,7 +378,8 @@ fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_
     assert!(paths.iter().all(|p| p["group"] == "10.72.1.0/24"), "{paths:#?}");
     let last = paths.last().unwrap();
     assert_eq!(last["ongoing"], false, "the event ended: {last}");
-    assert_eq!(last["cause"], "path_stop_all", "every connection to the prefix stopped: {last}");
+    let others = last["evidence"]["not_stopped_conns"].as_array().unwrap().iter().filter(|c| in_lab(c)).count();
+    assert_eq!(others, 0, "every connection to the prefix stopped: {last}");
     // Its members: the three data connections to r0 (the lab's senders, port 5201+), none to r1.
     let r0 = truth.receivers[0].addr.to_string();
     let members: BTreeSet<String> = last["evidence"]["conns"]
@@ -406,7 +423,13 @@ fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_
     if let Ok(dir) = std::env::var("TCPVIGIL_DOCS_IMG") {
         std::fs::copy(group, PathBuf::from(dir).join("dump-path-event.png")).unwrap();
     }
+    // Counted once per event (other labs on the host may have had their own events).
+    let ended: BTreeSet<String> = all
+        .iter()
+        .filter(|f| f["kind"] == "path" && f["cause"] == "path_stop_all" && f["ongoing"] == false)
+        .map(|f| format!("{} {}", f["group"], f["start"]))
+        .collect();
     let counted = support::daemon::value(&metrics, "tcpvigil_path_events_total{scope=\"all\"}");
-    assert_eq!(counted, Some(1.0), "{metrics}");
+    assert_eq!(counted, Some(ended.len() as f64), "{metrics}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -229,6 +229,7 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
             "causes": causes,
             "conns": ev.members.iter().map(|m| json!({
                 "cookie": m.id.cookie,
+                "netns": m.id.netns,
                 "local": m.id.tuple.local.to_string(),
                 "remote": m.id.tuple.remote.to_string(),
                 "cause": m.cause,
@@ -236,6 +237,7 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
                 "ended": m.end_ns.is_some(),
             })).collect::<Vec<_>>(),
             "not_stopped_conns": ev.not_stopped.iter().map(|c| json!({
+                "netns": c.netns,
                 "local": c.tuple.local.to_string(),
                 "remote": c.tuple.remote.to_string(),
             })).collect::<Vec<_>>(),
