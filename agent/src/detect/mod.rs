@@ -3,6 +3,7 @@ pub mod fairness;
 pub mod limits;
 pub mod owner;
 pub mod path;
+pub mod phase;
 pub mod stop;
 
 use serde::{Deserialize, Serialize};
