@@ -137,7 +137,12 @@ pub fn set_selection(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, select_all: b
 
 /// Make `want` the connections whose rounds are reported (`have`: what the map holds now); at
 /// most MAX_PHASE, the lowest cookies (the oldest connections) first.
-pub fn set_phase(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, have: &mut HashSet<u64>, want: HashSet<u64>) -> Result<()> {
+pub fn set_phase(
+    skel: &TcpvigilSkel<'_>,
+    cfg: &mut tv_config,
+    have: &mut HashSet<u64>,
+    want: HashSet<u64>,
+) -> Result<()> {
     let mut keep: Vec<u64> = want.into_iter().collect();
     keep.sort_unstable();
     keep.truncate(super::abi::MAX_PHASE);

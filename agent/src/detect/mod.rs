@@ -97,6 +97,11 @@ impl Detectors {
         self.stop.wants_snapshot()
     }
 
+    /// The streams whose rounds the kernel should report (for the send phase), when they changed.
+    pub fn phase_members(&mut self) -> Option<std::collections::HashSet<u64>> {
+        self.fairness.phase_members()
+    }
+
     /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();

@@ -106,7 +106,7 @@ pub fn analyze(streams: &[StreamRounds], min_cycles: usize, max_cycles: usize) -
         let n = seen.len() as f64;
         let len = (c / n).hypot(s / n).clamp(1e-9, 1.0);
         let m = (s.atan2(c) / tau).rem_euclid(1.0);
-        mean.push((i, m, (-2.0 * len.ln()).sqrt() / tau, seen.len()));
+        mean.push((i, m, (-2.0 * len.ln()).max(0.0).sqrt() / tau + 0.0, seen.len()));
     }
     let order = cyclic_order(&mean.iter().map(|m| (m.0, m.1)).collect::<Vec<_>>());
     let start = mean[order[0]].1;
@@ -205,8 +205,10 @@ mod tests {
     fn an_order_that_changes_every_other_cycle_is_unstable() {
         // Two streams swap places between cycles (0.2/0.6, then 0.6/0.2 seen from a third at 0).
         let a = rounds(0.0, 100, 40, 0, 1);
-        let b: Vec<u64> = (0..40u64).map(|k| 1000 * MS + k * 100 * MS + if k % 2 == 0 { 20 } else { 60 } * MS).collect();
-        let c: Vec<u64> = (0..40u64).map(|k| 1000 * MS + k * 100 * MS + if k % 2 == 0 { 60 } else { 20 } * MS).collect();
+        let b: Vec<u64> =
+            (0..40u64).map(|k| 1000 * MS + k * 100 * MS + if k % 2 == 0 { 20 } else { 60 } * MS).collect();
+        let c: Vec<u64> =
+            (0..40u64).map(|k| 1000 * MS + k * 100 * MS + if k % 2 == 0 { 60 } else { 20 } * MS).collect();
         let input = [
             StreamRounds { cookie: 1, starts: &a },
             StreamRounds { cookie: 2, starts: &b },
@@ -232,8 +234,8 @@ mod tests {
         let later = rounds(0.0, 100, 20, 0, 1).iter().map(|t| t + 5000 * MS).collect::<Vec<_>>();
         a.extend(later);
         let b: Vec<u64> = a.iter().map(|t| t + 30 * MS).collect();
-        let r = analyze(&[StreamRounds { cookie: 1, starts: &a }, StreamRounds { cookie: 2, starts: &b }], 8, 64)
-            .unwrap();
+        let r =
+            analyze(&[StreamRounds { cookie: 1, starts: &a }, StreamRounds { cookie: 2, starts: &b }], 8, 64).unwrap();
         assert_eq!(r.cycles, 38, "the 3 s gap is left out");
         assert!((r.streams[1].phase - 0.3).abs() < 0.01, "{r:?}");
     }

@@ -127,7 +127,7 @@ pub struct Retrans {
     pub snd_una: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaState {
     pub old: u8,
     pub new: u8,
