@@ -40,7 +40,8 @@ struct tv_sk {
 	__u8 owner_set;
 	__u8 drained_sent; /* the last sample sent shows an empty pipe */
 	__u8 drained_class; /* TV_DRAIN_* bits of the last drained sample sent */
-	__u8 _pad;
+	__u8 round_on;     /* round_end is set */
+	__u32 round_end;   /* snd_nxt when the current round began: an ACK of it starts the next */
 	__u32 lost_rtx;
 	__u32 rtos;
 	__u32 retrans_segs;
@@ -82,6 +83,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tv_filter);
 } tv_filters SEC(".maps");
+
+/* Cookies of connections in a bulk group: their rounds are reported (the daemon keeps it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TV_MAX_PHASE);
+	__type(key, __u64);
+	__type(value, __u8);
+} tv_phase SEC(".maps");
 
 /* When each (connection, sequence) was last retransmitted. */
 struct tv_rtx_key {

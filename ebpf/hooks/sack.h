@@ -85,6 +85,49 @@ static __always_inline void tv_report_drained(struct sock *sk, struct tcp_sock *
 	tv_count(TV_ST_SAMPLES);
 }
 
+/* Rounds of a bulk sender, seen on every ACK (tcp_probe runs before tcp_ack()): an ACK at or
+ * beyond round_end, snd_nxt when the current round began, starts the next round. For members of a
+ * bulk group (tv_phase, kept by the daemon) that ACK's time is reported at once: where in the
+ * group's RTT each stream's data leaves (ACK-clocked, a stream sends as its ACKs arrive). Per ACK
+ * this is one compare; the map lookup and the record happen once per round. */
+static __always_inline void tv_round(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
+				     struct tcp_skb_cb *cb, struct tv_config *cfg)
+{
+	__u32 ack = cb->ack_seq;
+	if (st->round_on && (__s32)(ack - st->round_end) < 0)
+		return;
+	__u8 first = !st->round_on;
+	st->round_on = 1;
+	st->round_end = tp->snd_nxt;
+	if (first || !cfg->phase_on)
+		return;
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	if (!bpf_map_lookup_elem(&tv_phase, &cookie))
+		return;
+	struct tv_sample *s = bpf_ringbuf_reserve(&tv_events, sizeof(*s), 0);
+	if (!s) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&s->h, sk, cookie, TV_K_SAMPLE, sizeof(*s), bpf_ktime_get_ns());
+	tv_fill_sample(s, tp);
+	/* The state after the previous ACK, moved on by this one's cumulative ACK. */
+	if ((__s32)(ack - s->snd_una) > 0) {
+		s->bytes_acked += ack - s->snd_una;
+		s->write_queue -= ack - s->snd_una;
+		s->snd_una = ack;
+	}
+	s->ack_seq = ack;
+	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+		s->sack[i] = 0;
+	s->nsack = 0;
+	s->src = TV_SRC_PROBE;
+	s->flags = TV_SF_ROUND;
+	s->_pad = 0;
+	tv_submit(s);
+	tv_count(TV_ST_SAMPLES);
+}
+
 /* Whether this connection gets a sample for the current ACK. */
 static __always_inline int tv_sample_due(struct tv_sk *st, struct tv_config *cfg, struct tcp_sock *tp, __u64 jnow)
 {
@@ -168,6 +211,7 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			/* A direct load (skb is a trusted BTF pointer here), not a probe read:
 			 * on a long path this runs on every ACK between samples. */
 			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+			tv_round(sk, t, st, cb, cfg);
 			if (cb->ack_seq != t->snd_nxt)
 				return 0;
 			tv_report_drained(sk, t, st, skb, cb, jnow);
@@ -198,6 +242,8 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	}
 	/* An ACK that empties the pipe may be the last for a while: its state now, not at the next. */
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	if (tp->snd_una != tp->snd_nxt && (st->selected || tp->bytes_acked >= cfg->bulk_min_bytes))
+		tv_round(sk, tp, st, cb, cfg);
 	if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt &&
 	    tp->bytes_acked >= cfg->bulk_min_bytes) {
 		tv_report_drained(sk, tp, st, skb, cb, jnow);

@@ -8,6 +8,7 @@ enum tv_abi { TV_ABI_VERSION = 3 };
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
 #define TV_MAX_FILTERS 8
+#define TV_MAX_PHASE 4096 /* connections whose rounds are reported (tv_phase) */
 
 /* Record kinds. Ring-buffer records start with struct tv_hdr; snapshots come
  * from the iter/tcp program through bpf_seq_write. */
@@ -51,6 +52,9 @@ enum tv_sample_flags {
 	TV_SF_DSACK = 0x02,    /* first block lies below the cumulative ACK */
 	TV_SF_DRAINED = 0x04,  /* the ACK acknowledges everything sent: state it leaves, reported
 				* before tcp_ack() runs (snd_wnd is the window the ACK advertises) */
+	TV_SF_ROUND = 0x08,    /* the ACK starts a new round (it acknowledges what was sent when the
+				* last one began): its time is the stream's send phase; only for
+				* connections in tv_phase (members of a bulk group) */
 };
 
 /* Failure counters, a per-CPU array indexed by these. */
@@ -271,7 +275,7 @@ struct tv_config {
 	__u32 ca_from_probe;    /* 1: no cong_state_set tracepoint, compare ca_state per ACK */
 	__u32 exact_lost_rtx;   /* 1: fentry/tcp_mark_skb_lost counts lost retransmissions */
 	__u32 rto_fentry;       /* 1: fentry/tcp_retransmit_timer reports RTOs, not sockops */
-	__u32 _pad;
+	__u32 phase_on;         /* 1: tv_phase holds connections whose rounds are reported */
 };
 
 #endif

@@ -27,8 +27,10 @@ unsafe impl plain::Plain for tv_config {}
 unsafe impl plain::Plain for tv_filter {}
 
 pub const ABI_VERSION: u32 = tv_abi::TV_ABI_VERSION.0;
-/// TV_MAX_FILTERS in abi.h (a #define, so not in BTF; pinned by a test).
+/// TV_MAX_FILTERS in abi.h (a #define, so not in BTF; pinned by a test below).
 pub const MAX_FILTERS: usize = 8;
+/// TV_MAX_PHASE in abi.h (pinned by a test).
+pub const MAX_PHASE: usize = 4096;
 
 /// Bytes of a plain struct, to write into a map.
 pub fn as_bytes<T: plain::Plain>(v: &T) -> &[u8] {
@@ -56,5 +58,17 @@ mod tests {
         assert_eq!(size_of::<tv_owner>(), 96);
         assert_eq!(size_of::<tv_snap>() % 8, 0);
         assert_eq!(ABI_VERSION, 3);
+    }
+
+    /// The #defines of abi.h that BTF does not carry.
+    #[test]
+    fn abi_defines_match_the_header() {
+        let h = include_str!("../../../ebpf/include/abi.h");
+        let define = |name: &str| -> usize {
+            let line = h.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap();
+            line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        };
+        assert_eq!(define("TV_MAX_FILTERS"), MAX_FILTERS);
+        assert_eq!(define("TV_MAX_PHASE"), MAX_PHASE);
     }
 }

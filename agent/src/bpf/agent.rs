@@ -1,4 +1,5 @@
 //! The BPF owner thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
+use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::abi::tv_stat;
 use super::decode::decode;
-use super::load::{load, prog_ref, set_selection, Settings};
+use super::load::{load, prog_ref, set_phase, set_selection, Settings};
 use super::netns;
 use super::runstats::{Raw, RunStats};
 use super::tuples::Tuples;
@@ -59,6 +60,8 @@ enum Ctl {
     },
     /// Take a snapshot now (a detector needs a fresh look at a sender), not at the next period.
     Snapshot,
+    /// The connections whose rounds are reported (members of bulk groups).
+    Phase(HashSet<u64>),
 }
 
 pub struct Agent {
@@ -107,6 +110,12 @@ impl Agent {
     /// one extra per 100 ms), rather than at the next snapshot period.
     pub fn snapshot_soon(&self) {
         let _ = self.ctl.send(Ctl::Snapshot);
+    }
+
+    /// Report the rounds (send phase) of these connections, and of no others; at most
+    /// MAX_PHASE of them (the rest are left out).
+    pub fn set_phase(&self, cookies: HashSet<u64>) {
+        let _ = self.ctl.send(Ctl::Phase(cookies));
     }
 
     /// Detach everything and wait for the thread.
@@ -189,6 +198,7 @@ fn owner(
     let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));
     let mut next_snap = Instant::now();
     let mut last_snap = next_snap;
+    let mut phase: HashSet<u64> = HashSet::new();
     let progs = variants.progs();
     while !stop.load(Ordering::SeqCst) {
         if let Err(e) = rb.poll(Duration::from_millis(20)) {
@@ -209,6 +219,11 @@ fn owner(
                 }
                 // At most one extra snapshot per SNAPSHOT_GAP: many stops at once need only one.
                 Ctl::Snapshot => next_snap = next_snap.min(last_snap + SNAPSHOT_GAP),
+                Ctl::Phase(want) => {
+                    if let Err(e) = set_phase(&loaded.skel, &mut loaded.cfg, &mut phase, want) {
+                        tracing::warn!("updating the send-phase connections: {e:#}");
+                    }
+                }
             }
         }
         if Instant::now() >= next_snap {

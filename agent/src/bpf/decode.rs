@@ -138,6 +138,7 @@ fn sample(s: &tv_sample) -> Sample {
         selected: s.flags as u32 & tv_sample_flags::TV_SF_SELECTED.0 != 0,
         dsack: s.flags as u32 & tv_sample_flags::TV_SF_DSACK.0 != 0,
         drained: s.flags as u32 & tv_sample_flags::TV_SF_DRAINED.0 != 0,
+        round: s.flags as u32 & tv_sample_flags::TV_SF_ROUND.0 != 0,
         ack_seq: s.ack_seq,
         snd_una: s.snd_una,
         snd_nxt: s.snd_nxt,

@@ -1,4 +1,5 @@
 //! Open the object with the chosen variants, write its settings, and attach every program.
+use std::collections::HashSet;
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
@@ -131,6 +132,34 @@ pub fn set_selection(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, select_all: b
     cfg.select_all = select_all as u32;
     cfg.filter_gen = cfg.filter_gen.wrapping_add(1);
     skel.maps.tv_cfg.update(&0u32.to_ne_bytes(), as_bytes(cfg), MapFlags::ANY)?;
+    Ok(())
+}
+
+/// Make `want` the connections whose rounds are reported (`have`: what the map holds now); at
+/// most MAX_PHASE, the lowest cookies (the oldest connections) first.
+pub fn set_phase(
+    skel: &TcpvigilSkel<'_>,
+    cfg: &mut tv_config,
+    have: &mut HashSet<u64>,
+    want: HashSet<u64>,
+) -> Result<()> {
+    let mut keep: Vec<u64> = want.into_iter().collect();
+    keep.sort_unstable();
+    keep.truncate(super::abi::MAX_PHASE);
+    let want: HashSet<u64> = keep.into_iter().collect();
+    for k in have.difference(&want) {
+        // Gone already when the connection closed and the map entry was never there: fine.
+        let _ = skel.maps.tv_phase.delete(&k.to_ne_bytes());
+    }
+    for k in want.difference(have) {
+        skel.maps.tv_phase.update(&k.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+    }
+    *have = want;
+    let on = (!have.is_empty()) as u32;
+    if cfg.phase_on != on {
+        cfg.phase_on = on;
+        skel.maps.tv_cfg.update(&0u32.to_ne_bytes(), as_bytes(cfg), MapFlags::ANY)?;
+    }
     Ok(())
 }
 

@@ -224,6 +224,9 @@ async fn daemon(
                     if detectors.wants_snapshot() {
                         agent.snapshot_soon();
                     }
+                    if let Some(m) = detectors.phase_members() {
+                        agent.set_phase(m);
+                    }
                     if let Some(fl) = flight.as_mut() {
                         for d in fl.rec.take_ready(t) {
                             fl.sink.submit(d);

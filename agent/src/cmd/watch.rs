@@ -48,6 +48,9 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
                         if det.wants_snapshot() {
                             agent.snapshot_soon();
                         }
+                        if let Some(m) = det.phase_members() {
+                            agent.set_phase(m);
+                        }
                         WatchInput::Tick(t)
                     }
                 };

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::phase::{self, StreamRounds};
 use crate::model::{Body, ConnEntry, ConnId, ConnTable, Event, Finding, FindingKind};
 
 /// What two streams must share to belong to one transfer.
@@ -154,24 +155,74 @@ struct GroupState {
     last_evidence: Option<serde_json::Value>,
 }
 
+/// Round starts kept per stream: the last 64 cycles of the send phase and some slack.
+const ROUNDS_KEPT: usize = 96;
+/// Recovery/Loss entries kept per stream, for who loses first.
+const LOSSES_KEPT: usize = 32;
+
 pub struct FairnessDetector {
     cfg: FairnessConfig,
     hist: HashMap<u64, VecDeque<(u64, u64)>>,
     groups: HashMap<String, GroupState>,
     last_eval: u64,
+    /// Round starts (the kernel reports them for members of a bulk group only).
+    rounds: HashMap<u64, VecDeque<u64>>,
+    /// When each stream entered Recovery or Loss.
+    losses: HashMap<u64, VecDeque<u64>>,
+    /// Streams in a group of two or more at the last evaluation, and whether that changed.
+    members: HashSet<u64>,
+    members_changed: bool,
 }
 
 impl FairnessDetector {
     pub fn new(cfg: FairnessConfig) -> Self {
-        FairnessDetector { cfg, hist: HashMap::new(), groups: HashMap::new(), last_eval: 0 }
+        FairnessDetector {
+            cfg,
+            hist: HashMap::new(),
+            groups: HashMap::new(),
+            last_eval: 0,
+            rounds: HashMap::new(),
+            losses: HashMap::new(),
+            members: HashSet::new(),
+            members_changed: false,
+        }
+    }
+
+    /// The streams whose rounds the kernel should report (members of groups of two or more), when
+    /// they changed since the last call.
+    pub fn phase_members(&mut self) -> Option<HashSet<u64>> {
+        std::mem::take(&mut self.members_changed).then(|| self.members.clone())
+    }
+
+    fn keep(q: &mut VecDeque<u64>, t: u64, cap: usize) {
+        if q.back().is_none_or(|&b| b < t) {
+            q.push_back(t);
+        }
+        while q.len() > cap {
+            q.pop_front();
+        }
     }
 
     pub fn observe(&mut self, ev: &Event, _table: &ConnTable) {
         let acked = match &ev.body {
-            Body::Sample(s) => s.bytes_acked,
+            Body::Sample(s) => {
+                if s.round {
+                    Self::keep(self.rounds.entry(ev.conn.cookie).or_default(), ev.ts_ns, ROUNDS_KEPT);
+                }
+                s.bytes_acked
+            }
             Body::Snapshot(s) => s.bytes_acked,
+            Body::CaState(c) => {
+                // Entering Recovery (3) or Loss (4) from an open state.
+                if c.new >= 3 && c.old < 3 {
+                    Self::keep(self.losses.entry(ev.conn.cookie).or_default(), ev.ts_ns, LOSSES_KEPT);
+                }
+                return;
+            }
             Body::Close(_) => {
                 self.hist.remove(&ev.conn.cookie);
+                self.rounds.remove(&ev.conn.cookie);
+                self.losses.remove(&ev.conn.cookie);
                 return;
             }
             _ => return,
@@ -217,6 +268,12 @@ impl FairnessDetector {
         }
         let persist = (self.cfg.persist_s * 1e9) as u64;
         let live: HashMap<String, usize> = groups.iter().map(|(k, s)| (k.clone(), s.len())).collect();
+        let members: HashSet<u64> =
+            groups.values().filter(|s| s.len() >= 2).flat_map(|s| s.iter().map(|x| x.0.cookie)).collect();
+        if members != self.members {
+            self.members = members;
+            self.members_changed = true;
+        }
         let mut present = HashSet::new();
         for (key, streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
             present.insert(key.clone());
@@ -255,6 +312,7 @@ impl FairnessDetector {
                         "goodput_bps": g * 8.0, "share": g / sum, "retrans_ratio": rr,
                     })).collect::<Vec<_>>(),
                     "fell_behind_first": first.map(|(c, t)| json!({"cookie": c, "since_ns": t})),
+                    "send_phase": send_phase(&self.rounds, &self.losses, &streams, now),
                     "remedy": remedy,
                 })
             };
@@ -332,6 +390,47 @@ impl FairnessDetector {
     }
 }
 
+/// The group's send phase (paper 001's mechanism): each stream's phase within the RTT in send
+/// order, how stable the order is, which stream sends last and whether it loses first. Null
+/// until every stream has reported 8 rounds.
+fn send_phase(
+    rounds: &HashMap<u64, VecDeque<u64>>,
+    losses: &HashMap<u64, VecDeque<u64>>,
+    streams: &[(ConnId, f64, f64)],
+    now: u64,
+) -> serde_json::Value {
+    let empty = VecDeque::new();
+    let starts: Vec<(u64, Vec<u64>)> = streams
+        .iter()
+        .map(|(id, _, _)| (id.cookie, rounds.get(&id.cookie).unwrap_or(&empty).iter().copied().collect()))
+        .collect();
+    let input: Vec<StreamRounds> = starts.iter().map(|(c, v)| StreamRounds { cookie: *c, starts: v }).collect();
+    let Some(r) = phase::analyze(&input, 8, 64) else { return serde_json::Value::Null };
+    // Loss episodes over the last minute of the group's streams.
+    let since = now.saturating_sub(60_000_000_000);
+    let losses: Vec<(u64, Vec<u64>)> = streams
+        .iter()
+        .map(|(id, _, _)| {
+            let v = losses.get(&id.cookie).map(|q| q.iter().copied().filter(|&t| t >= since).collect());
+            (id.cookie, v.unwrap_or_default())
+        })
+        .collect();
+    let lv: Vec<(u64, &[u64])> = losses.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+    let lose = phase::first_to_lose(&lv, (r.rtt_ms * 1e6) as u64);
+    let conn = |c: u64| streams.iter().find(|s| s.0.cookie == c).map(|s| s.0.tuple.to_string());
+    json!({
+        "rtt_ms": r.rtt_ms,
+        "cycles": r.cycles,
+        "order_stability": r.stability,
+        "streams": r.streams.iter().map(|s| json!({
+            "cookie": s.cookie, "conn": conn(s.cookie), "phase": s.phase, "spread": s.spread,
+        })).collect::<Vec<_>>(),
+        "last_in_round": r.last(),
+        "loses_first": lose.map(|(c, n, of)| json!({"cookie": c, "episodes_first": n, "episodes": of})),
+        "last_loses_first": lose.map(|(c, _, _)| Some(c) == r.last()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +453,18 @@ mod tests {
 
     /// Streams at `rates` (bytes/s) whose snapshots show `retrans` retransmitted bytes per byte sent.
     fn run_lossy(rates: &[u64], retrans: &[f64], secs: u64) -> Vec<Finding> {
+        run_with(rates, retrans, secs, &|_, _| vec![]).0
+    }
+
+    /// As run_lossy, with `extra(from, to)` events of each 50 ms step; also returns what
+    /// phase_members said after each tick.
+    #[allow(clippy::type_complexity)]
+    fn run_with(
+        rates: &[u64],
+        retrans: &[f64],
+        secs: u64,
+        extra: &dyn Fn(u64, u64) -> Vec<Event>,
+    ) -> (Vec<Finding>, Vec<HashSet<u64>>) {
         let mut table = ConnTable::new(false);
         for (i, r) in retrans.iter().enumerate() {
             let snap = crate::model::Snap {
@@ -373,8 +484,15 @@ mod tests {
             });
         }
         let mut t = 0;
+        let mut said = vec![];
         while t < secs * 1_000_000_000 {
             t += 50_000_000;
+            let mut evs = extra(t - 50_000_000, t);
+            evs.sort_by_key(|e| e.ts_ns);
+            for ev in evs {
+                table.apply(&ev);
+                d.observe(&ev, &table);
+            }
             for (i, r) in rates.iter().enumerate() {
                 let mut s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
                 s.srtt_us = 20_000;
@@ -383,8 +501,59 @@ mod tests {
                 d.observe(&ev, &table);
             }
             d.tick(t, &table, &mut out);
+            said.extend(d.phase_members());
         }
-        out
+        (out, said)
+    }
+
+    #[test]
+    fn the_stream_that_sends_last_in_the_round_and_loses_first_is_named() {
+        // Rounds every 100 ms; stream 2 sends last (at 0.7 of the RTT) and enters Recovery first
+        // in every loss episode (every 2 s, the others 5-15 ms later).
+        const MS: u64 = 1_000_000;
+        let phases = [0.1, 0.3, 0.7, 0.5];
+        let extra = |from: u64, to: u64| {
+            let mut v = vec![];
+            for (i, p) in phases.iter().enumerate() {
+                let mut k = from / (100 * MS);
+                loop {
+                    let t = k * 100 * MS + (p * 100.0 * MS as f64) as u64;
+                    k += 1;
+                    if t < from {
+                        continue;
+                    }
+                    if t >= to {
+                        break;
+                    }
+                    let mut s = crate::detect::stop::tests_support::sample(1 << 20);
+                    s.round = true;
+                    v.push(Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) });
+                }
+                let lag = [10, 5, 0, 15][i] * MS;
+                let ep = (from / (2000 * MS)) * 2000 * MS + lag;
+                if ep >= 2000 * MS && ep >= from && ep < to {
+                    let c = crate::model::CaState { old: 0, new: 3, ..Default::default() };
+                    v.push(Event { ts_ns: ep, conn: conn(i as u64), body: Body::CaState(c) });
+                }
+            }
+            v
+        };
+        let (out, said) = run_with(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], &[0.0; 4], 10, &extra);
+        assert_eq!(said, vec![(0..4).collect::<HashSet<u64>>()], "the members once, when the group formed");
+        let p = &out.first().expect("flagged").evidence["send_phase"];
+        assert_eq!(p["last_in_round"], 2, "{p}");
+        let order: Vec<u64> = p["streams"].as_array().unwrap().iter().map(|s| s["cookie"].as_u64().unwrap()).collect();
+        assert_eq!(order, vec![0, 1, 3, 2], "{p}");
+        assert!(p["order_stability"].as_f64().unwrap() > 0.9, "{p}");
+        assert_eq!(p["loses_first"]["cookie"], 2, "{p}");
+        assert_eq!(p["last_loses_first"], true, "{p}");
+        assert!((p["rtt_ms"].as_f64().unwrap() - 100.0).abs() < 1.0, "{p}");
+    }
+
+    #[test]
+    fn without_rounds_the_send_phase_is_null() {
+        let out = run(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], 10);
+        assert!(out[0].evidence["send_phase"].is_null());
     }
 
     #[test]

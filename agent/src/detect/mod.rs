@@ -3,6 +3,7 @@ pub mod fairness;
 pub mod limits;
 pub mod owner;
 pub mod path;
+pub mod phase;
 pub mod stop;
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,11 @@ impl Detectors {
     /// A stop candidate needs a fresh look at its sender: take a snapshot soon. Cleared by the call.
     pub fn wants_snapshot(&mut self) -> bool {
         self.stop.wants_snapshot()
+    }
+
+    /// The streams whose rounds the kernel should report (for the send phase), when they changed.
+    pub fn phase_members(&mut self) -> Option<std::collections::HashSet<u64>> {
+        self.fairness.phase_members()
     }
 
     /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.

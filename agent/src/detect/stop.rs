@@ -502,6 +502,7 @@ pub(crate) mod tests_support {
             sack: vec![],
             dsack: false,
             drained: false,
+            round: false,
         }
     }
 }

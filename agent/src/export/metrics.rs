@@ -40,8 +40,9 @@ pub const STOP_CAUSES: [(&str, &str); 9] = [
 pub const LIMIT_REASONS: [&str; 6] = ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
 /// Stop duration buckets, seconds: from a few RTTs of a 10 ms path to paper 000's 100 s runs.
 pub const STOP_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
-/// Series per fairness group: index, even-split efficiency, min/max ratio, streams.
-pub const PER_GROUP_SERIES: usize = 4;
+/// Series per fairness group: index, even-split efficiency, min/max ratio, streams, send-order
+/// stability.
+pub const PER_GROUP_SERIES: usize = 5;
 /// Longest group label value; longer keys are cut (collisions then merge, which is bounded).
 const MAX_GROUP_LEN: usize = 64;
 
@@ -102,6 +103,8 @@ struct GroupValues {
     even_split: f64,
     min_max: f64,
     streams: i64,
+    /// Share of RTT cycles in which the streams sent in their usual order (None: not known yet).
+    order_stability: Option<f64>,
 }
 
 /// All tcpvigil metrics. Owned by the daemon's task; the registry it fills is shared with HTTP.
@@ -121,6 +124,7 @@ pub struct Metrics {
     group_even_split: Family<GroupLabels, GaugeF>,
     group_min_max: Family<GroupLabels, GaugeF>,
     group_streams: Family<GroupLabels, Gauge>,
+    group_order_stability: Family<GroupLabels, GaugeF>,
     limited: Family<ReasonLabels, Gauge>,
     conns: ConnSeries,
     health: HealthSeries,
@@ -181,6 +185,7 @@ impl Metrics {
             group_fairness: Family::default(),
             group_even_split: Family::default(),
             group_min_max: Family::default(),
+            group_order_stability: Family::default(),
             group_streams: Family::default(),
             limited: Family::default(),
             conns: ConnSeries::new(cfg),
@@ -284,6 +289,11 @@ impl Metrics {
         );
         r.register("group_streams", "Streams in an unfair group", self.group_streams.clone());
         r.register(
+            "group_send_order_stability",
+            "Share of the RTT cycles in which an unfair group's streams sent in their usual order (paper 001: the last to send loses first); absent until every stream reported 8 rounds",
+            self.group_order_stability.clone(),
+        );
+        r.register(
             "limited_connections",
             "Connections held back by buffers or options, by reason",
             self.limited.clone(),
@@ -363,6 +373,7 @@ impl Metrics {
                         even_split: ev_f64(e, &["even_split_efficiency"]),
                         min_max: ev_f64(e, &["min_max_ratio"]),
                         streams: streams.unwrap_or(0),
+                        order_stability: e.pointer("/send_phase/order_stability").and_then(|v| v.as_f64()),
                     };
                     self.open_groups.insert(name, v);
                 } else {
@@ -458,6 +469,7 @@ impl Metrics {
             self.group_even_split.remove(&l);
             self.group_min_max.remove(&l);
             self.group_streams.remove(&l);
+            self.group_order_stability.remove(&l);
         }
         for (g, v) in groups {
             let l = GroupLabels { group: g.clone() };
@@ -465,6 +477,14 @@ impl Metrics {
             self.group_even_split.get_or_create(&l).set(v.even_split);
             self.group_min_max.get_or_create(&l).set(v.min_max);
             self.group_streams.get_or_create(&l).set(v.streams);
+            match v.order_stability {
+                Some(x) => {
+                    self.group_order_stability.get_or_create(&l).set(x);
+                }
+                None => {
+                    self.group_order_stability.remove(&l);
+                }
+            }
         }
         self.shown_groups = keep;
         n * PER_GROUP_SERIES

@@ -209,7 +209,8 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     m.on_finding(&Finding {
         group: Some("iperf3->10.1.0.1".into()),
         owner: None,
-        evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4}),
+        evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4,
+            "send_phase": {"order_stability": 0.875}}),
         ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
     });
     m.refresh(&t, &health());
@@ -226,6 +227,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         "tcpvigil_group_fairness_index{group=\"iperf3->10.1.0.1\"} 0.61",
         "tcpvigil_group_even_split_efficiency_ratio{group=\"iperf3->10.1.0.1\"} 0.45",
         "tcpvigil_group_min_max_ratio{group=\"iperf3->10.1.0.1\"} 0.2",
+        "tcpvigil_group_send_order_stability{group=\"iperf3->10.1.0.1\"} 0.875",
         "tcpvigil_dropped_records_total{stage=\"ring_buffer\"} 3",
         "tcpvigil_hook_variant_info{need=\"sack_state\",variant=\"tp_btf/tcp_probe\"} 1",
         "tcpvigil_bpf_prog_run_time_seconds_total{prog=\"tcp_probe\"} 2.0",

@@ -80,6 +80,10 @@ pub struct Sample {
     /// processed it (`snd_wnd` is the window this ACK advertises).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drained: bool,
+    /// The ACK started a new round (it acknowledged what was sent when the last one began):
+    /// reported at once for members of a bulk group, its time is the stream's send phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub round: bool,
 }
 
 impl Sample {
@@ -123,7 +127,7 @@ pub struct Retrans {
     pub snd_una: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaState {
     pub old: u8,
     pub new: u8,

@@ -89,6 +89,7 @@ impl Sim {
             sack,
             dsack: false,
             drained: false,
+            round: false,
         }
     }
     fn snap(&self, cc: &str, owner: &Owner) -> Snap {

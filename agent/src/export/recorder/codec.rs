@@ -123,7 +123,8 @@ impl Chunk {
                 | (nsack as u8) << 4
                 | (s.drained as u8) << 7,
         );
-        buf.push(s.ca_state);
+        // CA states are 0-4: the top bit of their byte says the sample starts a round.
+        buf.push(s.ca_state & 0x7f | (s.round as u8) << 7);
         let f = fields(s);
         for (now, prev) in f.iter().zip(p.f) {
             put(buf, zz32(now.wrapping_sub(prev)));
@@ -150,7 +151,8 @@ impl Chunk {
     fn one(buf: &[u8], pos: &mut usize, p: &mut Prev) -> Option<Sample> {
         let ts = p.ts.wrapping_add(unzz64(get(buf, pos)?));
         let flags = *buf.get(*pos)?;
-        let ca_state = *buf.get(*pos + 1)?;
+        let ca_byte = *buf.get(*pos + 1)?;
+        let (ca_state, round) = (ca_byte & 0x7f, ca_byte & 0x80 != 0);
         *pos += 2;
         let mut f = [0u32; N];
         for (v, prev) in f.iter_mut().zip(p.f) {
@@ -192,6 +194,7 @@ impl Chunk {
             sack,
             dsack: flags & 8 != 0,
             drained: flags & 0x80 != 0,
+            round,
         })
     }
 
@@ -302,7 +305,15 @@ mod tests {
                 Body::Sample(s) => Some((e.ts_ns, s.clone())),
                 _ => None,
             })
+            .enumerate()
+            .map(|(i, (t, mut s))| {
+                // Round starts and drained ACKs among them, in every CA state.
+                s.round = i % 7 == 0;
+                s.drained |= i % 11 == 0;
+                (t, s)
+            })
             .collect();
+        assert!(want.iter().any(|(_, s)| s.round && s.ca_state > 0), "a round start in Recovery");
         for (t, s) in &want {
             log.push(*t, s);
         }
