@@ -63,9 +63,35 @@ fn cyclic_order(phases: &[(usize, f64)]) -> Vec<usize> {
     (0..n).map(|k| v[(widest + 1 + k) % n].0).collect()
 }
 
+/// Each cycle's start (ns) and where in it every stream (in input order) began a round, as a
+/// fraction of the RTT after the group's round start; with the report they come from.
+pub fn per_cycle(
+    streams: &[StreamRounds],
+    min_cycles: usize,
+    max_cycles: usize,
+) -> Option<(PhaseReport, Vec<(u64, Vec<Option<f64>>)>)> {
+    let (report, cycles, phase, start) = measure(streams, min_cycles, max_cycles)?;
+    let rows = cycles
+        .iter()
+        .enumerate()
+        .map(|(k, &(a, _))| (a, phase.iter().map(|p| p[k].map(|x| (x - start).rem_euclid(1.0))).collect()))
+        .collect();
+    Some((report, rows))
+}
+
 /// Phases of every stream over the reference stream's last `max_cycles` cycles; None when any
 /// stream has fewer than `min_cycles` rounds in them, or there are fewer than two streams.
 pub fn analyze(streams: &[StreamRounds], min_cycles: usize, max_cycles: usize) -> Option<PhaseReport> {
+    measure(streams, min_cycles, max_cycles).map(|m| m.0)
+}
+
+/// The report, the cycles, each stream's phase in each, and the group's round start (a phase).
+#[allow(clippy::type_complexity)]
+fn measure(
+    streams: &[StreamRounds],
+    min_cycles: usize,
+    max_cycles: usize,
+) -> Option<(PhaseReport, Vec<(u64, u64)>, Vec<Vec<Option<f64>>>, f64)> {
     if streams.len() < 2 || min_cycles == 0 {
         return None;
     }
@@ -118,7 +144,7 @@ pub fn analyze(streams: &[StreamRounds], min_cycles: usize, max_cycles: usize) -
         })
         .collect();
     let same = complete.iter().filter(|o| **o == order).count();
-    Some(PhaseReport {
+    let report = PhaseReport {
         rtt_ms: rtt as f64 / 1e6,
         streams: order
             .iter()
@@ -131,7 +157,8 @@ pub fn analyze(streams: &[StreamRounds], min_cycles: usize, max_cycles: usize) -
             .collect(),
         stability: if complete.is_empty() { 0.0 } else { same as f64 / complete.len() as f64 },
         cycles: cycles.len(),
-    })
+    };
+    Some((report, cycles, phase, start))
 }
 
 /// Who loses first: loss episodes are Recovery/Loss entries of the group's streams less than one
@@ -217,6 +244,18 @@ mod tests {
         let r = analyze(&input, 8, 64).unwrap();
         assert!(r.stability < 0.6, "{r:?}");
         assert!(r.streams.iter().skip(1).all(|s| s.spread > 0.1), "{r:?}");
+    }
+
+    #[test]
+    fn per_cycle_phases_are_measured_from_the_group_round_start() {
+        let s: Vec<Vec<u64>> = [0.5, 0.7].iter().enumerate().map(|(i, o)| rounds(*o, 100, 20, 0, i as u64)).collect();
+        let input: Vec<StreamRounds> =
+            s.iter().enumerate().map(|(i, v)| StreamRounds { cookie: i as u64, starts: v }).collect();
+        let (r, rows) = per_cycle(&input, 8, 64).unwrap();
+        assert_eq!(rows.len(), r.cycles);
+        for (_, p) in &rows[..rows.len() - 1] {
+            assert!(p[0].is_some_and(|x| x.abs() < 1e-6) && p[1].is_some_and(|x| (x - 0.2).abs() < 1e-6), "{p:?}");
+        }
     }
 
     #[test]

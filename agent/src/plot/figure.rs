@@ -1,7 +1,8 @@
 //! The pictures, in the papers' style: one connection (goodput, window and scoreboard, sequence)
-//! and a group of parallel streams (per-stream goodput and delivered bytes).
+//! and a group of parallel streams (per-stream goodput, delivered bytes and, when reported, send phase).
 use super::series::ConnSeries;
 use super::svg::{Panel, Svg};
+use crate::detect::phase::{self, StreamRounds};
 use crate::model::record::ca_state_name;
 use crate::watch::state::{human_bps, jain};
 
@@ -267,10 +268,15 @@ pub fn group_figure(title: &str, streams: &[ConnSeries]) -> String {
     let items: Vec<(&str, &str)> =
         names.iter().enumerate().map(|(i, n)| (STREAM_COLORS[i % STREAM_COLORS.len()], n.as_str())).collect();
     legend(&mut svg, a.y, &items);
+    // The send phase, when the streams reported their rounds: each cycle's phase of each stream.
+    let input: Vec<StreamRounds> =
+        streams.iter().enumerate().map(|(i, s)| StreamRounds { cookie: i as u64, starts: &s.rounds }).collect();
+    let phases = phase::per_cycle(&input, 8, 100_000);
     // Delivered bytes: the gap between the lines is the data the slowest stream still owes.
     let bmax = max_of(streams.iter().map(|s| s.bytes as f64 / 1e6)).max(1.0);
-    let b = Panel { x: LEFT, y: 500.0, w: PLOT_W, h: 240.0, xr, yr: (0.0, bmax * 1.05) };
-    b.axes(&mut svg, "time (s)", "delivered (MB)");
+    let bh = if phases.is_some() { 110.0 } else { 240.0 };
+    let b = Panel { x: LEFT, y: 500.0, w: PLOT_W, h: bh, xr, yr: (0.0, bmax * 1.05) };
+    b.axes(&mut svg, if phases.is_some() { "" } else { "time (s)" }, "delivered (MB)");
     for (i, s) in streams.iter().enumerate() {
         let mut acc = 0.0;
         let pts = s.goodput.iter().map(|&(t, v)| {
@@ -279,6 +285,26 @@ pub fn group_figure(title: &str, streams: &[ConnSeries]) -> String {
         });
         b.decimate(pts, &mut px);
         svg.polyline(&px, STREAM_COLORS[i % STREAM_COLORS.len()], 1.8, None, None);
+    }
+    if let Some((r, rows)) = phases {
+        let c = Panel { x: LEFT, y: 640.0, w: PLOT_W, h: 100.0, xr, yr: (0.0, 1.0) };
+        c.axes(&mut svg, "time (s)", "send phase (RTT)");
+        let t0 = streams.first().map_or(0, |s| s.t0_ns);
+        for (at, p) in &rows {
+            let x = at.saturating_sub(t0) as f64 / 1e9;
+            for (i, v) in p.iter().enumerate() {
+                if let Some(v) = v {
+                    svg.circle(c.pt((x, *v)), 1.6, STREAM_COLORS[i % STREAM_COLORS.len()]);
+                }
+            }
+        }
+        let last = r.last().and_then(|k| streams.get(k as usize)).map_or(0, |s| s.id.tuple.local.port());
+        let note = format!(
+            "where in the RTT each stream's rounds begin (0: the group's round start) · order kept in {:.0} % of {} cycles · last in the round: :{last}",
+            r.stability * 100.0,
+            r.cycles
+        );
+        svg.text(c.x + c.w - 4.0, c.y + 12.0, 11.0, "end", "#333", &note, None, false);
     }
     svg.finish()
 }

@@ -54,6 +54,8 @@ pub struct ConnSeries {
     pub bytes: u64,
     pub max_rate_bps: f64,
     pub retrans_segs: u64,
+    /// Round starts (ns, the recording's clock): reported for members of a bulk group.
+    pub rounds: Vec<u64>,
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -170,6 +172,7 @@ impl ConnSeries {
             bytes: 0,
             max_rate_bps: 0.0,
             retrans_segs: 0,
+            rounds: Vec::new(),
         };
         let mut seq = Seq { base: None, abs: 0, last: 0, mss: mss as f64 };
         let mut acked: Option<u64> = None;
@@ -194,6 +197,9 @@ impl ConnSeries {
             match &e.body {
                 Body::Sample(x) => {
                     sampled = true;
+                    if x.round {
+                        s.rounds.push(e.ts_ns);
+                    }
                     let before = seq.abs;
                     let una = seq.una(x.snd_una);
                     let bytes = match acked {

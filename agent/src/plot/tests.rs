@@ -93,6 +93,33 @@ fn parallel_streams_get_a_group_picture() {
 }
 
 #[test]
+fn a_group_whose_streams_reported_rounds_gets_a_send_phase_strip() {
+    let (mut rec, findings) = synth::parallel();
+    let dir = tmp("phase");
+    let plain = plot_recording(&rec, None, &findings, &dir.join("plain")).unwrap();
+    let svg = |files: &[std::path::PathBuf]| {
+        let g = files.iter().find(|p| p.to_string_lossy().ends_with("group-1.svg")).unwrap();
+        std::fs::read_to_string(g).unwrap()
+    };
+    assert!(!svg(&plain).contains("send phase"), "no rounds, no strip");
+    // Every other sample of each stream starts a round: the streams keep their offsets.
+    let mut n: std::collections::HashMap<u64, usize> = Default::default();
+    for e in rec.events.iter_mut() {
+        if let crate::model::Body::Sample(s) = &mut e.body {
+            let k = n.entry(e.conn.cookie).or_default();
+            s.round = *k % 2 == 0;
+            *k += 1;
+        }
+    }
+    let files = plot_recording(&rec, None, &findings, &dir.join("phase")).unwrap();
+    let text = svg(&files);
+    assert!(text.contains("send phase (RTT)") && text.contains("last in the round"), "no strip");
+    let g = files.iter().find(|p| p.to_string_lossy().ends_with("group-1.png")).unwrap();
+    assert_eq!((ink(g).2, ink(g).3), (WIDTH, HEIGHT));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn unfair_finding_names_its_streams() {
     let (_, findings) = synth::parallel();
     assert_eq!(finding_cookies(&findings[0]), vec![50000, 50001, 50002, 50003]);
