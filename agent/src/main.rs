@@ -12,6 +12,10 @@ use clap::{Parser, Subcommand};
     about = "TCP loss-recovery observability for bulk transfers over long fat networks"
 )]
 struct Cli {
+    /// Log style on stderr: auto (journal priorities under systemd, colour only on a terminal),
+    /// text, json, journal.
+    #[arg(long, global = true, value_enum, default_value_t = tcpvigil::logging::LogFormat::Auto)]
+    log_format: tcpvigil::logging::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -40,10 +44,7 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    tcpvigil::logging::init(cli.log_format);
     let r = match cli.cmd {
         Cmd::Check(a) => cmd::check::run(a),
         Cmd::Record(a) => cmd::record::run(a),
