@@ -3,7 +3,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +34,9 @@ enum Cmd {
     Watch(tcpvigil::watch::WatchOpts),
     /// Pictures of a recording in the papers' style (SVG and PNG).
     Plot(tcpvigil::plot::PlotArgs),
+    /// Man pages and shell completions into a directory (packaging).
+    #[command(hide = true)]
+    GenDocs(cmd::gen_docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Plot(a) => cmd::plot::run(a),
+        Cmd::GenDocs(a) => cmd::gen_docs::run(a, Cli::command()),
     };
     match r {
         Ok(code) => code,
