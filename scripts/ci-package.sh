@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ci-package.sh: builds the .deb, lints it lightly, installs it with dpkg, runs the installed unit's commands, scrapes, removes and purges.
 #
-# This machine's PID 1 is not systemd, so `systemctl start` cannot be tested here: the unit's
-# ExecStartPre and ExecStart are run by hand as root (with --listen 127.0.0.1:0 and a ready file
-# added, so that a daemon already on :9977 cannot collide), and `systemd-analyze verify` checks
-# the installed unit. CI packages the debug binary scripts/test.sh already built (stripped): a
+# Here, on the host (whose PID 1 is not systemd): the unit's ExecStartPre and ExecStart are run
+# by hand as root (with --listen 127.0.0.1:0 and a ready file added, so that a daemon already on
+# :9977 cannot collide), and `systemd-analyze verify` checks the installed unit. The
+# systemctl-managed lifecycle is scripts/ci-systemd.sh (systemd as PID 1 of a container). CI packages the debug binary scripts/test.sh already built (stripped): a
 # release build of the workspace would cost minutes; `bash scripts/package-deb.sh` builds release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
