@@ -85,6 +85,20 @@ code=$(podman inspect "$name" --format '{{.State.ExitCode}}')
 [[ $code == 0 ]] || { podman logs "$name" | tail; fail "exit code $code on SIGTERM"; }
 ok "the DaemonSet's container ran: $n tcpvigil_ series scraped, JSON logs, exit 0 on SIGTERM"
 
+# BPF, PERFMON and NET_ADMIN only, with a seccomp profile that lets bpf(2) through (the runtime's
+# default allows it only with CAP_SYS_ADMIN): it runs, serves, and skips other namespaces quietly.
+name3=$name-3caps
+podman run -d --name "$name3" "${common[@]}" --security-opt seccomp=unconfined --network=host --pid=host \
+	--cap-drop=all --cap-add=BPF,PERFMON,NET_ADMIN --volume=/sys/kernel/btf:/sys/kernel/btf:ro \
+	--volume=/sys/fs/cgroup:/host/sys/fs/cgroup:ro "$image" run --listen "127.0.0.1:$port" >/dev/null
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
+sleep 3
+n3=$(curl -sf "http://127.0.0.1:$port/metrics" | grep -c '^tcpvigil_' || true)
+errors=$(podman logs "$name3" 2>&1 | grep -c ' ERROR ' || true)
+podman rm -f "$name3" >/dev/null
+[[ $n3 -gt 10 && $errors == 0 ]] || fail "BPF+PERFMON+NET_ADMIN: $n3 series, $errors ERROR lines"
+ok "BPF+PERFMON+NET_ADMIN with bpf(2) allowed by seccomp: runs, $n3 series, no errors (no other namespaces)"
+
 # Fewer capabilities than the manifest's: refused up front with exit 2.
 set +e
 podman run --rm "${common[@]}" --cap-drop=all --cap-add=BPF --volume=/sys/kernel/btf:/sys/kernel/btf:ro "$image" check > "$work/few" 2>&1
