@@ -13,7 +13,7 @@ fail() { echo "ci-systemd: FAIL: $*" >&2; [[ -n ${name:-} ]] && podman exec "$na
 ok() { echo "ci-systemd: ok: $*"; }
 for t in podman runc; do command -v $t >/dev/null || fail "$t is not installed (scripts/install-deps.sh)"; done
 [[ -x /lib/systemd/systemd ]] || fail "systemd is not installed (scripts/install-deps.sh)"
-deb=$(ls target/deb/tcpvigil_*.deb 2>/dev/null | head -1 || true)
+deb=$(ls -t target/deb/tcpvigil_*.deb 2>/dev/null | head -1 || true)
 if [[ -z $deb ]]; then
 	bin=${TCPVIGIL_BIN:-target/debug/tcpvigil}
 	[[ -x $bin ]] || cargo build --locked -p tcpvigil --bin tcpvigil
