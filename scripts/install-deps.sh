@@ -5,6 +5,9 @@ pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc
       iperf3 nftables iptables iproute2 tcpdump ethtool procps iputils-ping
       bpftool fonts-dejavu-core
       tmux                                        # the watch test runs the view in a real terminal
+      python3-jsonschema                          # events against docs/schema (scripts/validate-events.py)
+      curl binutils systemd                       # ci-package.sh: scrape, readelf/strip, systemd-analyze verify
+      buildah podman runc python3-yaml            # ci-image.sh: the image from scratch, run as the DaemonSet says
       qemu-system-x86 busybox-static xz-utils    # the kernel matrix (scripts/vm-matrix.sh)
       prometheus)   # prometheus + promtool: agent/tests/prometheus runs the server binary directly
 missing=()

@@ -113,9 +113,53 @@ impl Config {
     }
 }
 
+/// Where `tcpvigil run` writes, for its start-up log: the config used, flight-recorder dumps,
+/// JSON events and /metrics. `config` is the file given (None: the built-in defaults, whose
+/// recorder writes to /var/lib/tcpvigil/dumps even in the foreground).
+pub fn outputs(cfg: &Config, config: Option<&Path>) -> Vec<(&'static str, String)> {
+    let default_dir = crate::export::recorder::RecorderConfig::default().dir;
+    let dumps = if !cfg.recorder.enabled {
+        "off (recorder.enabled = false)".to_string()
+    } else if cfg.recorder.dir == default_dir {
+        format!("{} (the default; --dump-dir DIR or recorder.dir to change)", cfg.recorder.dir.display())
+    } else {
+        cfg.recorder.dir.display().to_string()
+    };
+    let events = match cfg.export.events.as_deref() {
+        None => "off (--events FILE or export.events to write them)".to_string(),
+        Some("-") => "stdout".to_string(),
+        Some(p) => p.to_string(),
+    };
+    let scheme = if cfg.export.web_config.is_some() { "http(s)" } else { "http" };
+    vec![
+        ("config", config.map_or("none (built-in defaults)".into(), |p| p.display().to_string())),
+        ("dumps", dumps),
+        ("events", events),
+        ("metrics", format!("{scheme}://{}/metrics", cfg.export.listen)),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outputs_name_the_default_dump_dir_and_how_to_change_it() {
+        let o = outputs(&Config::default(), None);
+        let get = |k: &str| o.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(get("config"), "none (built-in defaults)");
+        assert!(get("dumps").starts_with("/var/lib/tcpvigil/dumps (the default;"), "{o:?}");
+        assert!(get("events").starts_with("off"), "{o:?}");
+        assert_eq!(get("metrics"), "http://127.0.0.1:9977/metrics");
+        let mut c = Config::default();
+        c.recorder.dir = "/tmp/d".into();
+        c.export.events = Some("/var/log/tcpvigil/findings.jsonl".into());
+        let o = outputs(&c, Some(Path::new("/etc/tcpvigil/tcpvigil.toml")));
+        assert_eq!(o[0].1, "/etc/tcpvigil/tcpvigil.toml");
+        assert_eq!((o[1].1.as_str(), o[2].1.as_str()), ("/tmp/d", "/var/log/tcpvigil/findings.jsonl"));
+        c.recorder.enabled = false;
+        assert!(outputs(&c, None)[1].1.starts_with("off"));
+    }
 
     #[test]
     fn empty_file_gives_the_defaults() {

@@ -3,7 +3,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -12,6 +12,10 @@ use clap::{Parser, Subcommand};
     about = "TCP loss-recovery observability for bulk transfers over long fat networks"
 )]
 struct Cli {
+    /// Log style on stderr: auto (journal priorities under systemd, colour only on a terminal),
+    /// text, json, journal.
+    #[arg(long, global = true, value_enum, default_value_t = tcpvigil::logging::LogFormat::Auto)]
+    log_format: tcpvigil::logging::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -30,6 +34,9 @@ enum Cmd {
     Watch(tcpvigil::watch::WatchOpts),
     /// Pictures of a recording in the papers' style (SVG and PNG).
     Plot(tcpvigil::plot::PlotArgs),
+    /// Man pages and shell completions into a directory (packaging).
+    #[command(hide = true)]
+    GenDocs(cmd::gen_docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,10 +47,7 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    tcpvigil::logging::init(cli.log_format);
     let r = match cli.cmd {
         Cmd::Check(a) => cmd::check::run(a),
         Cmd::Record(a) => cmd::record::run(a),
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Plot(a) => cmd::plot::run(a),
+        Cmd::GenDocs(a) => cmd::gen_docs::run(a, Cli::command()),
     };
     match r {
         Ok(code) => code,

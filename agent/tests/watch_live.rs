@@ -53,6 +53,12 @@ fn require_tool(test: &str, tool: &str) -> bool {
 /// connection; its control connection moves a few bytes). `ss -e` prints the socket cookie as
 /// `sk:HEX`, the value the BPF programs read with bpf_get_socket_cookie().
 fn find_flow(ns: &str, dst: &str, within: Duration) -> Option<Flow> {
+    find_conn(ns, dst, within, true)
+}
+
+/// With `bulk`, the connection that moved at least 1 MB; without, one to port 5201 that moved
+/// less (iperf3's control connection).
+fn find_conn(ns: &str, dst: &str, within: Duration, bulk: bool) -> Option<Flow> {
     let until = Instant::now() + within;
     while Instant::now() < until {
         let out = Command::new("ip")
@@ -74,10 +80,12 @@ fn find_flow(ns: &str, dst: &str, within: Duration) -> Option<Flow> {
             let Some(h) = head.take() else { continue };
             let f: Vec<&str> = h.split_whitespace().collect();
             let cookie = f.iter().find_map(|w| w.strip_prefix("sk:")).and_then(|v| u64::from_str_radix(v, 16).ok());
-            if let (true, Some(cookie), Some(Ok(local)), Some(Ok(remote))) =
-                (acked >= 1_000_000, cookie, f.get(2).map(|s| s.parse()), f.get(3).map(|s| s.parse()))
+            if let (Some(cookie), Some(Ok(local)), Some(Ok(remote))) =
+                (cookie, f.get(2).map(|s| s.parse::<SocketAddr>()), f.get(3).map(|s| s.parse::<SocketAddr>()))
             {
-                return Some(Flow { cookie, local, remote });
+                if (acked >= 1_000_000) == bulk && remote.port() == 5201 {
+                    return Some(Flow { cookie, local, remote });
+                }
             }
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -205,6 +213,24 @@ impl Capture {
         out
     }
 
+    /// The rows of the event pane of the single view (left column, under "holds it back").
+    fn events_pane(&self) -> String {
+        let mut out = String::new();
+        let mut inside = false;
+        for l in self.text.lines() {
+            let left: String = l.chars().take(56).collect();
+            if left.contains("┌ events") {
+                inside = true;
+            } else if inside && left.starts_with('└') {
+                break;
+            } else if inside {
+                out.push_str(&left);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// `delivered  40.0 MiB in 5.5 s` as bytes.
     fn delivered_bytes(&self) -> Option<f64> {
         let p = self.now_panel();
@@ -315,6 +341,104 @@ fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
         let png = PathBuf::from(dir).join("watch-outage.png");
         std::fs::write(&png, tcpvigil::plot::svg::png(&svg).unwrap()).unwrap();
         eprintln!("wrote {}", png.display());
+    }
+}
+
+/// `tcpvigil watch --conn RADDR:5201` started before iperf3 connects: the filter matches
+/// iperf3's control connection (opened first, a few hundred bytes) and its data connection. The
+/// view must open on the data connection (its cookie in the header, its stop in the event pane)
+/// and stay there; after the user presses → it shows the control connection, whose event pane
+/// has none of the data connection's losses, RTOs or stop.
+#[test]
+fn watch_in_tmux_with_a_port_filter_opens_on_the_data_connection_not_the_control_one() {
+    let name = "watch_in_tmux_port_filter";
+    if !require_root(name) || !require_tool(name, "tmux") {
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_tcpvigil");
+    let (truth, (data, ctl, caps, pressed)) = outage_run(
+        |ns, dst| {
+            // Attached before iperf3 connects, so the control connection is the first seen.
+            let tmux = Tmux::start(&format!("{exe} watch --window 10 --conn {dst}:5201"), 160, 48);
+            let t = Instant::now();
+            while !tmux.capture(false, false).contains("waiting for a connection") {
+                assert!(t.elapsed() < Duration::from_secs(20), "watch did not come up:\n{}", tmux.capture(false, true));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let data = find_conn(&ns, &dst, Duration::from_secs(20), true).expect("iperf3's data connection");
+                let ctl = find_conn(&ns, &dst, Duration::from_secs(5), false).expect("iperf3's control connection");
+                let mut caps = Vec::new();
+                let mut pressed = None;
+                let mut presses = 0;
+                while t0.elapsed() < Duration::from_secs(45) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    // After the outage (7 s to 9.5 s, and the backed-off RTO): the user picks
+                    // the next connection.
+                    // The filter also matches the receiver's two sockets (watch sees every
+                    // namespace): → until the header shows the control connection.
+                    let on_ctl =
+                        caps.last().is_some_and(|c: &Capture| c.text.contains(&format!("cookie {}", ctl.cookie)));
+                    if t0.elapsed() > Duration::from_millis(11_500) && !on_ctl && presses < 6 {
+                        tmux.run(&["send-keys", "-t", "w", "Right"]);
+                        pressed.get_or_insert(unix_ns());
+                        presses += 1;
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    let exited = tmux.exited();
+                    caps.push(Capture {
+                        unix_ns: unix_ns(),
+                        text: tmux.capture(false, exited),
+                        ansi: String::new(),
+                        exited,
+                    });
+                    if exited {
+                        break;
+                    }
+                }
+                (data, ctl, caps, pressed.expect("the key was sent"))
+            })
+        },
+        |h, _| h.join().expect("the capture thread"),
+    );
+    let (t1, t2) = outage_window(&truth);
+    eprintln!("data {data:?}, control {ctl:?}, {} captures", caps.len());
+    let header = |k: u64| format!("cookie {k}");
+    let live: Vec<&Capture> = caps.iter().filter(|c| c.live() && !c.summary()).collect();
+    // The tabs list the connections in the order seen: the control connection first (what made
+    // the view open on it before the fix).
+    let (ct, dt) = (ctl.pair(), data.pair());
+    let tabs = live.iter().flat_map(|c| c.text.lines()).find(|l| l.contains(&ct) && l.contains(&dt));
+    let tabs = tabs.expect("a tab bar with both connections");
+    assert!(tabs.find(&ct) < tabs.find(&dt), "the data connection was seen first: {tabs}");
+    // Once the data connection is moving (1 s after the first capture that shows it), until the
+    // key press: always the data connection, never the control one.
+    let first = live.iter().position(|c| c.text.contains(&header(data.cookie))).expect("the data connection shown");
+    let settled = live[first].unix_ns + 1_000_000_000;
+    let before: Vec<&&Capture> = live.iter().filter(|c| c.unix_ns > settled && c.unix_ns < pressed).collect();
+    assert!(before.len() >= 10, "only {} captures before the key press", before.len());
+    for c in &before {
+        assert!(
+            c.text.contains(&header(data.cookie)) && !c.text.contains(&header(ctl.cookie)),
+            "the view left the data connection:\n{}",
+            c.text
+        );
+    }
+    let stopped = before.iter().filter(|c| c.unix_ns > t1 && c.unix_ns < t2 + 2_000_000_000);
+    assert!(
+        stopped.into_iter().any(|c| c.events_pane().contains("STOP path_silent")),
+        "the data connection's stop never reached its event pane"
+    );
+    // After the key press: the control connection, and none of the data connection's events.
+    let after: Vec<&&Capture> =
+        live.iter().filter(|c| c.unix_ns > pressed && c.text.contains(&header(ctl.cookie))).collect();
+    assert!(!after.is_empty(), "→ never showed the control connection");
+    for c in &after {
+        let pane = c.events_pane();
+        for word in ["STOP", "RTO", "lost retransmission", "CA "] {
+            assert!(!pane.contains(word), "the control connection's pane shows {word:?}:\n{}", c.text);
+        }
     }
 }
 

@@ -288,14 +288,28 @@ fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {
 }
 
 /// One iterator pass per network namespace: the iterator sees only the opener's namespace.
+/// The agent's own namespace is walked where it stands; entering the others needs CAP_SYS_ADMIN,
+/// and without it (a container given BPF, PERFMON and NET_ADMIN only) they are skipped quietly.
 fn snapshot_all(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push: &dyn Fn(Event, &Counters)) {
+    use std::os::unix::fs::MetadataExt;
     let all = netns::list();
     c.netns.store(all.len() as u64, Ordering::Relaxed);
     let size = std::mem::size_of::<super::abi::tv_snap>();
+    let own_id = own.metadata().ok().map(|m| (m.dev(), m.ino()));
+    let mut moved = false;
     for path in all.values() {
         let Ok(f) = std::fs::File::open(path) else { continue };
-        if setns(f.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
-            continue;
+        let here = own_id.is_some() && f.metadata().ok().map(|m| (m.dev(), m.ino())) == own_id;
+        if here && moved {
+            if setns(own.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+                continue;
+            }
+            moved = false;
+        } else if !here {
+            if setns(f.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+                continue;
+            }
+            moved = true;
         }
         let mut buf = Vec::new();
         if let Ok(mut it) = libbpf_rs::Iter::new(link) {
@@ -311,7 +325,9 @@ fn snapshot_all(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push:
         }
         c.snapshots.fetch_add(1, Ordering::Relaxed);
     }
-    if let Err(e) = setns(own.as_fd(), CloneFlags::CLONE_NEWNET) {
-        tracing::error!("returning to the agent's own network namespace failed: {e}");
+    if moved {
+        if let Err(e) = setns(own.as_fd(), CloneFlags::CLONE_NEWNET) {
+            tracing::error!("returning to the agent's own network namespace failed: {e}");
+        }
     }
 }

@@ -46,6 +46,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(o) = v.as_object_mut() {
             o.insert("ts".into(), wall(f.ts_ns, off).into());
             o.insert("start".into(), wall(f.start_ns, off).into());
+            o.insert("schema_version".into(), tcpvigil::export::events::EVENTS_SCHEMA_VERSION.into());
         }
         println!("{v}");
     }

@@ -81,6 +81,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(v) => v,
         Err(code) => return Ok(code),
     };
+    let out = tcpvigil::config::outputs(&cfg, a.config.as_deref());
+    let get = |k: &str| out.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| v.as_str());
+    tracing::info!(
+        config = get("config"),
+        dumps = get("dumps"),
+        events = get("events"),
+        metrics = get("metrics"),
+        "where tcpvigil writes"
+    );
     for c in &variants.choices {
         tracing::info!(need = c.need, variant = %c.variant, preferred = c.preferred, "hook");
     }

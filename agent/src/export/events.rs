@@ -1,5 +1,6 @@
-//! Findings as JSON lines (`{"ts","kind","conn":{...},"start","duration_s","cause","evidence",
-//! "ongoing"}`) to a file or stdout. Write failures are counted, never fatal.
+//! Findings as JSON lines (`{"schema_version","ts","kind","conn":{...},"start","duration_s","cause",
+//! "evidence","ongoing"}`, docs/schema/events-v1.schema.json) to a file or stdout. Write failures
+//! are counted, never fatal.
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -55,6 +56,10 @@ pub fn rfc3339(mono_ns: u64, offset_ns: i64) -> String {
     humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(wall)).to_string()
 }
 
+/// `schema_version` of every line: docs/schema/events-v1.schema.json. Lines without the field
+/// (written before it existed) are version 1 too.
+pub const EVENTS_SCHEMA_VERSION: u32 = 1;
+
 /// One finding as the JSON object written on its line.
 pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value {
     let conn = f.conn.map(|c| {
@@ -68,6 +73,7 @@ pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value
         })
     });
     let mut v = json!({
+        "schema_version": EVENTS_SCHEMA_VERSION,
         "ts": rfc3339(f.ts_ns, offset_ns),
         "kind": f.kind,
         "conn": conn,
@@ -262,6 +268,7 @@ mod tests {
         assert!(v["duration_s"].is_null());
         assert!(v["conn"]["pid"].is_null());
         assert_eq!(v["ongoing"], true);
+        assert_eq!(v["schema_version"], EVENTS_SCHEMA_VERSION);
     }
 
     #[test]

@@ -178,7 +178,7 @@ fn draw_single(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch
         Layout::vertical([Constraint::Length(14), Constraint::Length(7), Constraint::Min(3)]).areas(left);
     draw_numbers(f, nums, st, c);
     draw_holds_back(f, held, st, c, scratch);
-    draw_log(f, log, st, false);
+    draw_log(f, log, st, Some(c.id.cookie));
     let [g, w, s] = Layout::vertical([Constraint::Ratio(1, 3); 3]).areas(right);
     draw_goodput(f, g, st, c, scratch);
     draw_window(f, w, st, c, scratch);
@@ -286,13 +286,16 @@ fn draw_holds_back(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scr
     f.render_widget(p, area);
 }
 
-fn draw_log(f: &mut Frame, area: Rect, st: &WatchState, with_conn: bool) {
+/// The event pane: with `only`, that connection's lines (the single view); without, every
+/// line labelled with its connection's cookie (the group view).
+fn draw_log(f: &mut Frame, area: Rect, st: &WatchState, only: Option<u64>) {
+    let with_conn = only.is_none();
     let rows = area.height.saturating_sub(2) as usize;
     let width = area.width.saturating_sub(2) as usize;
     let text_w = width.saturating_sub(8).max(8);
     // Newest entries last; long entries wrap under their text, not under the time.
     let mut lines: Vec<Line> = Vec::with_capacity(rows);
-    for l in st.log.iter().rev() {
+    for l in st.log.iter().rev().filter(|l| only.is_none_or(|k| k == l.cookie)) {
         if lines.len() >= rows {
             break;
         }
@@ -579,7 +582,7 @@ fn draw_group(f: &mut Frame, area: Rect, st: &WatchState, scratch: &mut Scratch)
     }
     let p = Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title(" streams (window) "));
     f.render_widget(p, table);
-    draw_log(f, log, st, true);
+    draw_log(f, log, st, None);
 
     let [g, w] = Layout::vertical([Constraint::Ratio(1, 2); 2]).areas(right);
     let s = scratch.take(2 * st.conns.len());

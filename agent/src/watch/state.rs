@@ -103,6 +103,25 @@ pub struct Fairness {
     pub total_bps: f64,
 }
 
+/// A connection must have delivered this much more than the shown one to take the view over
+/// (so that parallel streams of one transfer do not make the view flicker between them).
+pub const SWITCH_MARGIN_BYTES: u64 = 256 * 1024;
+
+/// Which connection a filter matching several should show: the one that delivered the most
+/// bytes (the bulk data connection; idle and control connections deliver a few hundred bytes,
+/// so they come last). The `current` one stays unless an open connection delivered 1.5 times
+/// its bytes plus `SWITCH_MARGIN_BYTES`; a closed connection never takes the view over.
+pub fn busiest(conns: &[ConnView], current: usize) -> usize {
+    let Some(cur) = conns.get(current) else { return 0 };
+    let bar = cur.total_bytes.saturating_add(cur.total_bytes / 2).saturating_add(SWITCH_MARGIN_BYTES);
+    conns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.closed() && c.total_bytes > bar)
+        .max_by_key(|(_, c)| c.total_bytes)
+        .map_or(current, |(i, _)| i)
+}
+
 /// Jain's fairness index of `rates`, None for an empty or all-zero set.
 pub fn jain(rates: &[f64]) -> Option<f64> {
     let (s, s2) = rates.iter().fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
@@ -176,6 +195,8 @@ pub struct WatchState {
     pub ignored: u64,
     /// The input ended (replay over or daemon gone).
     pub source_ended: bool,
+    /// The user picked a connection (arrow keys): stop choosing the busiest one for them.
+    pub pinned: bool,
     seen: Ring<(FindingKind, u64, u64)>,
 }
 
@@ -196,6 +217,7 @@ impl WatchState {
             findings: 0,
             ignored: 0,
             source_ended: false,
+            pinned: false,
             seen: Ring::new(256),
         }
     }
@@ -311,6 +333,9 @@ impl WatchState {
                 self.log(ts, cookie, LogKind::Close, text);
             }
             Body::Owner(o) => c.owner = Some(o.clone()),
+        }
+        if !self.pinned {
+            self.selected = busiest(&self.conns, self.selected);
         }
     }
 
@@ -430,6 +455,12 @@ impl WatchState {
             return;
         }
         self.selected = if next { (self.selected + 1) % n } else { (self.selected + n - 1) % n };
+        self.pinned = true;
+    }
+
+    /// Cookie of the connection the single view shows (its event pane shows only its lines).
+    pub fn selected_cookie(&self) -> Option<u64> {
+        self.selected().map(|c| c.id.cookie)
     }
 
     /// Done: the watched connection (with `all`: every one seen) closed.

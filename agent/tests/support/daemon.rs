@@ -86,6 +86,13 @@ impl Daemon {
             let status = c.wait().expect("wait for the daemon");
             assert!(status.success(), "daemon exit: {status}");
         }
+        // Every line the live daemon wrote matches docs/schema/events-v1.schema.json.
+        if self.events.exists() && super::schema::validator_available("the daemon's events against the schema") {
+            match super::schema::validate(&self.events) {
+                Ok(summary) => eprintln!("events against the schema: {}", summary.trim()),
+                Err(e) => panic!("the daemon's events file does not match the schema:\n{e}"),
+            }
+        }
         self.findings()
     }
 }

@@ -6,6 +6,7 @@ pub mod http;
 pub mod judge;
 pub mod prom;
 pub mod promql;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
