@@ -216,7 +216,7 @@ fn outage_silences_the_path_for_its_window() {
         .spawn()
         .unwrap_or_else(|e| panic!("ping: {e}"));
     std::thread::sleep(Duration::from_millis(1000));
-    let h = lab.path().outage_begin(None).unwrap_or_else(|e| panic!("outage begin: {e}"));
+    let h = lab.path().outage_begin(None, None).unwrap_or_else(|e| panic!("outage begin: {e}"));
     let start = tcpvigil_lab::clock::Stamp::now();
     let t = Instant::now();
     std::thread::sleep(Duration::from_millis(1000));
