@@ -35,6 +35,7 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
             let mut table = ConnTable::new(exact);
             let mut det = Detectors::new(&DetectConfig::default());
             let mut found = Vec::new();
+            let mut phased = 0;
             while let Some(msg) = agent.events.recv().await {
                 let input = match msg {
                     Msg::Event(ev) if filter.matches(&ev.conn) => {
@@ -48,8 +49,11 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
                         if det.wants_snapshot() {
                             agent.snapshot_soon();
                         }
-                        if let Some(m) = det.phase_members() {
-                            agent.set_phase(m);
+                        // The watched connections report their rounds (the send phase of the
+                        // group view), whatever group the detectors give them.
+                        if table.len() != phased {
+                            phased = table.len();
+                            agent.set_phase(table.iter().map(|e| e.id.cookie).collect());
                         }
                         WatchInput::Tick(t)
                     }

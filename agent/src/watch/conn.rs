@@ -110,6 +110,8 @@ pub struct ConnView {
     pub stop_causes: Vec<String>,
     pub limit: Option<(String, String)>,
     pub chrono: Option<Chrono>,
+    /// Round starts (ns), the last ROUNDS_KEPT: the send phase of a group's streams.
+    pub rounds: Vec<u64>,
     base_una: Option<u32>,
     una_abs: u64,
     last_una: u32,
@@ -118,6 +120,9 @@ pub struct ConnView {
     bin_width_ns: u64,
     bin_bytes: u64,
 }
+
+/// Round starts kept per connection (at 10 ms RTT, the last 10-20 s).
+const ROUNDS_KEPT: usize = 2048;
 
 fn clamp_bin(srtt_us: u32) -> u64 {
     if srtt_us == 0 {
@@ -151,6 +156,7 @@ impl ConnView {
             stop_causes: Vec::new(),
             limit: None,
             chrono: None,
+            rounds: Vec::new(),
             base_una: None,
             una_abs: 0,
             last_una: 0,
@@ -281,6 +287,12 @@ impl ConnView {
     }
 
     pub(super) fn on_sample(&mut self, ts: u64, s: &Sample) {
+        if s.round && self.rounds.last().is_none_or(|&t| t < ts) {
+            if self.rounds.len() >= ROUNDS_KEPT {
+                self.rounds.drain(..ROUNDS_KEPT / 2);
+            }
+            self.rounds.push(ts);
+        }
         self.live = Live {
             ts_ns: ts,
             cwnd: s.cwnd,

@@ -576,6 +576,17 @@ fn draw_group(f: &mut Frame, area: Rect, st: &WatchState, scratch: &mut Scratch)
             )));
         }
     }
+    let phase = st.send_phase();
+    if let Some((r, _)) = &phase {
+        let port = |k: u64| st.conns.get(k as usize).map_or(0, |c| c.id.tuple.local.port());
+        let order: Vec<String> = r.streams.iter().map(|s| format!(":{} {:.2}", port(s.cookie), s.phase)).collect();
+        lines.push(Line::raw(format!(
+            "send order in the RTT: {} (kept in {:.0} % of {} cycles)",
+            order.join(" → "),
+            100.0 * r.stability,
+            r.cycles
+        )));
+    }
     if let Some((group, cause, ev)) = &st.unfair {
         lines.push(Line::styled(format!("UNFAIR {cause}: {group}"), Style::new().fg(Color::LightRed)));
         lines.push(Line::styled(ev.clone(), Style::new().fg(Color::LightRed)));
@@ -584,9 +595,18 @@ fn draw_group(f: &mut Frame, area: Rect, st: &WatchState, scratch: &mut Scratch)
     f.render_widget(p, table);
     draw_log(f, log, st, None);
 
-    let [g, w] = Layout::vertical([Constraint::Ratio(1, 2); 2]).areas(right);
-    let s = scratch.take(2 * st.conns.len());
-    let (gp, cw) = s.split_at_mut(st.conns.len());
+    let (g, w, ph) = if phase.is_some() {
+        let [g, w, p] =
+            Layout::vertical([Constraint::Ratio(2, 5), Constraint::Ratio(2, 5), Constraint::Ratio(1, 5)]).areas(right);
+        (g, w, Some(p))
+    } else {
+        let [g, w] = Layout::vertical([Constraint::Ratio(1, 2); 2]).areas(right);
+        (g, w, None)
+    };
+    let n = st.conns.len();
+    let s = scratch.take(3 * n);
+    let (gp, rest) = s.split_at_mut(n);
+    let (cw, pp) = rest.split_at_mut(n);
     let mut gmax = 0.0f64;
     let mut cmax = 1.0f64;
     let start = end.saturating_sub(st.window_ns());
@@ -607,6 +627,31 @@ fn draw_group(f: &mut Frame, area: Rect, st: &WatchState, scratch: &mut Scratch)
         .x_axis(x_axis(st))
         .y_axis(y_axis("seg", 0.0, cmax * 1.1, fmt_int));
     f.render_widget(chart, w);
+    if let (Some(area), Some((_, rows))) = (ph, &phase) {
+        for (at, p) in rows.iter().filter(|(at, _)| *at >= start && *at <= end) {
+            for (i, v) in p.iter().enumerate() {
+                if let (Some(v), Some(d)) = (v, pp.get_mut(i)) {
+                    d.push((st.rel_s(*at), *v));
+                }
+            }
+        }
+        let sets = pp
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                Dataset::default()
+                    .marker(Marker::Dot)
+                    .graph_type(GraphType::Scatter)
+                    .style(Style::new().fg(STREAM_COLORS[i % STREAM_COLORS.len()]))
+                    .data(d)
+            })
+            .collect();
+        let chart = Chart::new(sets)
+            .block(Block::bordered().title(" send phase: where in the RTT each stream's rounds begin "))
+            .x_axis(x_axis(st))
+            .y_axis(y_axis("RTT", 0.0, 1.0, |v| format!("{v:.1}")));
+        f.render_widget(chart, area);
+    }
 }
 
 fn stream_datasets(data: &[Vec<(f64, f64)>]) -> Vec<Dataset<'_>> {

@@ -483,6 +483,20 @@ impl WatchState {
         Some(Fairness { streams: rates.len(), jain: j, slowest_over_fastest: min / max, total_bps: rates.iter().sum() })
     }
 
+    /// The watched streams' send phase up to the view's end (their round starts, reported for
+    /// the connections watch follows): the report (cookies are indexes into `conns`) and each
+    /// cycle's phases.
+    #[allow(clippy::type_complexity)]
+    pub fn send_phase(&self) -> Option<(crate::detect::phase::PhaseReport, Vec<(u64, Vec<Option<f64>>)>)> {
+        use crate::detect::phase::{per_cycle, StreamRounds};
+        let end = self.view_end_ns();
+        let cut: Vec<&[u64]> =
+            self.conns.iter().map(|c| &c.rounds[..c.rounds.partition_point(|&t| t <= end)]).collect();
+        let input: Vec<StreamRounds> =
+            cut.iter().enumerate().map(|(i, r)| StreamRounds { cookie: i as u64, starts: r }).collect();
+        per_cycle(&input, 8, 100_000)
+    }
+
     pub fn summary(&self) -> Vec<ConnSummary> {
         self.conns.iter().map(ConnSummary::of).collect()
     }

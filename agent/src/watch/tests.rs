@@ -162,6 +162,35 @@ fn several_matches_get_tabs_and_all_gets_fairness() {
 }
 
 #[test]
+fn the_group_view_shows_the_send_phase_when_the_streams_report_rounds() {
+    let (mut rec, findings) = synth::parallel();
+    let plain = replay::schedule(rec.events.clone(), findings.clone());
+    let mut st = WatchState::new(":2811".parse().unwrap(), true, 5);
+    fold_until(&mut st, &plain, 15_000);
+    assert!(st.send_phase().is_none());
+    assert!(!screen(&st, 160, 48).contains("send order"), "no rounds, no phase");
+    // Every other sample of each stream starts a round.
+    let mut n: std::collections::HashMap<u64, usize> = Default::default();
+    for e in rec.events.iter_mut() {
+        if let crate::model::Body::Sample(s) = &mut e.body {
+            let k = n.entry(e.conn.cookie).or_default();
+            s.round = *k % 2 == 0;
+            *k += 1;
+        }
+    }
+    let inputs = replay::schedule(rec.events, findings);
+    let mut st = WatchState::new(":2811".parse().unwrap(), true, 5);
+    fold_until(&mut st, &inputs, 15_000);
+    let (r, rows) = st.send_phase().expect("a send phase");
+    assert_eq!(r.streams.len(), 4);
+    assert!(!rows.is_empty());
+    let s = screen(&st, 160, 48);
+    for want in ["send order in the RTT", "send phase: where in the RTT"] {
+        assert!(s.contains(want), "screen lacks {want:?}:\n{s}");
+    }
+}
+
+#[test]
 fn jain_index_is_one_for_equal_rates_and_one_over_n_for_one_hog() {
     assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
     assert!((jain(&[9.0, 0.0, 0.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
