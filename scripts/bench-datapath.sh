@@ -3,11 +3,17 @@
 # daemon running and no connection selected, records handed to userspace per ACK, and BPF run time
 # per hooked event beside the floor programs of bench/floor.bpf.c (an empty tp_btf/tcp_probe, and
 # each step of the fast path alone), so the harness's own cost can be told from tcpvigil's.
-# Usage: bash scripts/bench-datapath.sh [seconds per run] [pairs]   (root; builds the release binary)
+# Usage: bash scripts/bench-datapath.sh [seconds per run] [pairs] [streams] [phase_min_rtt_ms]
+# (root; builds the release binary). pairs 0 skips the throughput pairs; streams > 1 runs iperf3
+# -P streams, one bulk group whose members report their rounds (the send phase) when their RTT is
+# at least phase_min_rtt_ms (default 5 as shipped; veth's RTT is far below, so 0.001 makes every
+# round a record: the worst case).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 pairs=${2:-5}
+streams=${3:-1}
+phase_ms=${4:-5}
 cargo build --release --locked -p tcpvigil --bin tcpvigil --example bpf_floor >/dev/null 2>&1
 bin=./target/release/tcpvigil
 work=$(mktemp -d)
@@ -29,10 +35,11 @@ ip -n $s addr add 10.250.0.1/24 dev vb$s; ip -n $s link set vb$s up; ip -n $s li
 ip -n $r addr add 10.250.0.2/24 dev vb$r; ip -n $r link set vb$r up; ip -n $r link set lo up
 ip netns exec $r iperf3 -s -D -p 5400 -I "$work/iperf3.pid" >/dev/null
 sleep 0.3
-rate() { ip netns exec $s iperf3 -c 10.250.0.2 -p 5400 -t "$secs" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)'; }
+rate() { ip netns exec $s iperf3 -c 10.250.0.2 -p 5400 -t "$secs" -P "$streams" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)'; }
 start_agent() {
   rm -f "$work/ready"
-  $bin run --listen 127.0.0.1:0 --ready-file "$work/ready" >"$work/agent.log" 2>&1 & agent=$!
+  printf '[detect.fairness]\nphase_min_rtt_ms = %s\n' "$phase_ms" >"$work/config.toml"
+  $bin run --listen 127.0.0.1:0 --config "$work/config.toml" --ready-file "$work/ready" >"$work/agent.log" 2>&1 & agent=$!
   for _ in $(seq 100); do [ -s "$work/ready" ] && break; sleep 0.1; done
   [ -s "$work/ready" ] || { cat "$work/agent.log" >&2; echo "bench: the daemon did not get ready" >&2; exit 1; }
 }
@@ -40,7 +47,8 @@ stop_agent() { kill "$agent"; wait "$agent" 2>/dev/null || true; agent=; }
 metrics() { curl -s "http://$(cat "$work/ready")/metrics"; }
 
 # Throughput: pairs of runs without and with the daemon, in alternating order so drift cancels.
-echo "throughput over veth, $pairs pairs of ${secs} s runs (Gbit/s):"
+echo "iperf3 with $streams stream(s), send phase on paths from $phase_ms ms"
+[ "$pairs" -gt 0 ] && echo "throughput over veth, $pairs pairs of ${secs} s runs (Gbit/s):"
 : >"$work/pairs"
 for i in $(seq "$pairs"); do
   if ((i % 2)); then
@@ -51,7 +59,7 @@ for i in $(seq "$pairs"); do
   echo "$b $w" >>"$work/pairs"
   printf '  pair %d: without %.2f  with %.2f  (%+.1f %%)\n' "$i" "$b" "$w" "$(python3 -c "print(100*($w-$b)/$b)")"
 done
-python3 - "$work/pairs" <<'PY'
+[ "$pairs" -gt 0 ] && python3 - "$work/pairs" <<'PY'
 import statistics, sys
 p = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
 loss = [100 * (b - w) / b for b, w in p]

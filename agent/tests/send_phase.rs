@@ -201,6 +201,15 @@ fn judged(name: &str) {
                         break;
                     }
                 }
+                // With TCPVIGIL_DOCS_IMG=DIR the group picture of the dump goes to the README.
+                if let Ok(img) = std::env::var("TCPVIGIL_DOCS_IMG") {
+                    for e in std::fs::read_dir(&d.dumps).into_iter().flatten().flatten() {
+                        let g = e.path().join("group-1.png");
+                        if e.file_name().to_string_lossy().starts_with("unfair-") && g.exists() {
+                            let _ = std::fs::copy(&g, Path::new(&img).join(format!("dump-phase-{name}.png")));
+                        }
+                    }
+                }
                 Ok((d.stop(), kernel))
             },
         )

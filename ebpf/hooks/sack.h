@@ -87,9 +87,10 @@ static __always_inline void tv_report_drained(struct sock *sk, struct tcp_sock *
 
 /* Rounds of a bulk sender, seen on every ACK (tcp_probe runs before tcp_ack()): an ACK at or
  * beyond round_end, snd_nxt when the current round began, starts the next round. For members of a
- * bulk group (tv_phase, kept by the daemon) that ACK's time is reported at once: where in the
- * group's RTT each stream's data leaves (ACK-clocked, a stream sends as its ACKs arrive). Per ACK
- * this is one compare; the map lookup and the record happen once per round. */
+ * bulk group (tv_phase, kept by the daemon) on a path of at least phase_min_srtt_us, that ACK's
+ * time is reported at once: where in the group's RTT each stream's data leaves (ACK-clocked, a
+ * stream sends as its ACKs arrive). Per ACK this is one compare; the map lookup and the record
+ * happen once per round. */
 static __always_inline void tv_round(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
 				     struct tcp_skb_cb *cb, struct tv_config *cfg)
 {
@@ -99,7 +100,7 @@ static __always_inline void tv_round(struct sock *sk, struct tcp_sock *tp, struc
 	__u8 first = !st->round_on;
 	st->round_on = 1;
 	st->round_end = tp->snd_nxt;
-	if (first || !cfg->phase_on)
+	if (first || !cfg->phase_min_srtt_us || (tp->srtt_us >> 3) < cfg->phase_min_srtt_us)
 		return;
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	if (!bpf_map_lookup_elem(&tv_phase, &cookie))

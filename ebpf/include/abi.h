@@ -54,7 +54,8 @@ enum tv_sample_flags {
 				* before tcp_ack() runs (snd_wnd is the window the ACK advertises) */
 	TV_SF_ROUND = 0x08,    /* the ACK starts a new round (it acknowledges what was sent when the
 				* last one began): its time is the stream's send phase; only for
-				* connections in tv_phase (members of a bulk group) */
+				* connections in tv_phase (members of a bulk group) whose srtt is at
+				* least phase_min_srtt_us */
 };
 
 /* Failure counters, a per-CPU array indexed by these. */
@@ -275,7 +276,8 @@ struct tv_config {
 	__u32 ca_from_probe;    /* 1: no cong_state_set tracepoint, compare ca_state per ACK */
 	__u32 exact_lost_rtx;   /* 1: fentry/tcp_mark_skb_lost counts lost retransmissions */
 	__u32 rto_fentry;       /* 1: fentry/tcp_retransmit_timer reports RTOs, not sockops */
-	__u32 phase_on;         /* 1: tv_phase holds connections whose rounds are reported */
+	__u32 phase_min_srtt_us; /* rounds of tv_phase members are reported once srtt reaches this
+				  * (0: none); shorter paths would cost a record per few ACKs */
 };
 
 #endif

@@ -60,8 +60,9 @@ enum Ctl {
     },
     /// Take a snapshot now (a detector needs a fresh look at a sender), not at the next period.
     Snapshot,
-    /// The connections whose rounds are reported (members of bulk groups).
-    Phase(HashSet<u64>),
+    /// The connections whose rounds are reported (members of bulk groups), on paths of at least
+    /// this srtt (µs).
+    Phase(HashSet<u64>, u32),
 }
 
 pub struct Agent {
@@ -112,10 +113,10 @@ impl Agent {
         let _ = self.ctl.send(Ctl::Snapshot);
     }
 
-    /// Report the rounds (send phase) of these connections, and of no others; at most
-    /// MAX_PHASE of them (the rest are left out).
-    pub fn set_phase(&self, cookies: HashSet<u64>) {
-        let _ = self.ctl.send(Ctl::Phase(cookies));
+    /// Report the rounds (send phase) of these connections, and of no others, once their srtt
+    /// reaches `min_srtt_us`; at most MAX_PHASE of them (the rest are left out).
+    pub fn set_phase(&self, cookies: HashSet<u64>, min_srtt_us: u32) {
+        let _ = self.ctl.send(Ctl::Phase(cookies, min_srtt_us));
     }
 
     /// Detach everything and wait for the thread.
@@ -219,8 +220,8 @@ fn owner(
                 }
                 // At most one extra snapshot per SNAPSHOT_GAP: many stops at once need only one.
                 Ctl::Snapshot => next_snap = next_snap.min(last_snap + SNAPSHOT_GAP),
-                Ctl::Phase(want) => {
-                    if let Err(e) = set_phase(&loaded.skel, &mut loaded.cfg, &mut phase, want) {
+                Ctl::Phase(want, min_srtt_us) => {
+                    if let Err(e) = set_phase(&loaded.skel, &mut loaded.cfg, &mut phase, want, min_srtt_us) {
                         tracing::warn!("updating the send-phase connections: {e:#}");
                     }
                 }

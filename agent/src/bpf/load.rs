@@ -135,13 +135,15 @@ pub fn set_selection(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, select_all: b
     Ok(())
 }
 
-/// Make `want` the connections whose rounds are reported (`have`: what the map holds now); at
-/// most MAX_PHASE, the lowest cookies (the oldest connections) first.
+/// Make `want` the connections whose rounds are reported on paths of at least `min_srtt_us`
+/// (`have`: what the map holds now); at most MAX_PHASE, the lowest cookies (the oldest
+/// connections) first.
 pub fn set_phase(
     skel: &TcpvigilSkel<'_>,
     cfg: &mut tv_config,
     have: &mut HashSet<u64>,
     want: HashSet<u64>,
+    min_srtt_us: u32,
 ) -> Result<()> {
     let mut keep: Vec<u64> = want.into_iter().collect();
     keep.sort_unstable();
@@ -155,9 +157,9 @@ pub fn set_phase(
         skel.maps.tv_phase.update(&k.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
     }
     *have = want;
-    let on = (!have.is_empty()) as u32;
-    if cfg.phase_on != on {
-        cfg.phase_on = on;
+    let on = if have.is_empty() { 0 } else { min_srtt_us.max(1) };
+    if cfg.phase_min_srtt_us != on {
+        cfg.phase_min_srtt_us = on;
         skel.maps.tv_cfg.update(&0u32.to_ne_bytes(), as_bytes(cfg), MapFlags::ANY)?;
     }
     Ok(())

@@ -234,7 +234,7 @@ async fn daemon(
                         agent.snapshot_soon();
                     }
                     if let Some(m) = detectors.phase_members() {
-                        agent.set_phase(m);
+                        agent.set_phase(m, detectors.phase_min_srtt_us());
                     }
                     if let Some(fl) = flight.as_mut() {
                         for d in fl.rec.take_ready(t) {

@@ -53,7 +53,7 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
                         // group view), whatever group the detectors give them.
                         if table.len() != phased {
                             phased = table.len();
-                            agent.set_phase(table.iter().map(|e| e.id.cookie).collect());
+                            agent.set_phase(table.iter().map(|e| e.id.cookie).collect(), det.phase_min_srtt_us());
                         }
                         WatchInput::Tick(t)
                     }

@@ -49,6 +49,10 @@ pub struct FairnessConfig {
     pub persist_s: f64,
     /// Streams count once they have this many bytes acked.
     pub min_bytes: u64,
+    /// The send phase (each stream's rounds reported by the kernel) on paths of at least this
+    /// RTT; 0 turns it off. Below a few ms a round is a few ACKs and its record costs more than
+    /// the phase tells.
+    pub phase_min_rtt_ms: f64,
 }
 
 impl Default for FairnessConfig {
@@ -60,6 +64,7 @@ impl Default for FairnessConfig {
             jain_below: 0.9,
             ratio_below: 0.5,
             persist_s: 4.0,
+            phase_min_rtt_ms: 5.0,
             min_bytes: 1 << 20,
         }
     }
@@ -70,8 +75,9 @@ impl FairnessConfig {
         if !(0.1..=600.0).contains(&self.window_s)
             || !(0.0..=1.0).contains(&self.jain_below)
             || !(0.0..=1.0).contains(&self.ratio_below)
+            || !(0.0..=10_000.0).contains(&self.phase_min_rtt_ms)
         {
-            return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1".into());
+            return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1, phase_min_rtt_ms from 0 to 10000".into());
         }
         for r in &self.rules {
             if let Some(c) = &r.remote_cidr {
@@ -189,9 +195,15 @@ impl FairnessDetector {
     }
 
     /// The streams whose rounds the kernel should report (members of groups of two or more), when
-    /// they changed since the last call.
+    /// they changed since the last call; none when the send phase is off.
     pub fn phase_members(&mut self) -> Option<HashSet<u64>> {
-        std::mem::take(&mut self.members_changed).then(|| self.members.clone())
+        let on = self.cfg.phase_min_rtt_ms > 0.0;
+        std::mem::take(&mut self.members_changed).then(|| if on { self.members.clone() } else { HashSet::new() })
+    }
+
+    /// The shortest srtt (µs) whose rounds are reported.
+    pub fn phase_min_srtt_us(&self) -> u32 {
+        (self.cfg.phase_min_rtt_ms * 1000.0) as u32
     }
 
     fn keep(q: &mut VecDeque<u64>, t: u64, cap: usize) {

@@ -102,6 +102,11 @@ impl Detectors {
         self.fairness.phase_members()
     }
 
+    /// The shortest srtt (µs) whose rounds are reported (`detect.fairness.phase_min_rtt_ms`).
+    pub fn phase_min_srtt_us(&self) -> u32 {
+        self.fairness.phase_min_srtt_us()
+    }
+
     /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();
