@@ -216,10 +216,13 @@ fn judged(name: &str) {
         .expect("scenario ran");
     // This lab's group (the daemon sees the host: other transfers may run beside the lab).
     let ours: Vec<u64> = truth.senders.iter().map(|h| h.netns_ino).collect();
+    // The first report (the group's start or its end) whose send phase covers every stream: an
+    // evaluation leaves out a stream without goodput in its window.
     let report = all
         .iter()
         .filter(|f| f["conn"]["netns"].as_u64().is_some_and(|n| ours.contains(&n)))
-        .find(|f| f["kind"] == "unfair" && !f["evidence"]["send_phase"].is_null())
+        .filter(|f| f["kind"] == "unfair")
+        .find(|f| f["evidence"]["send_phase"]["streams"].as_array().is_some_and(|v| v.len() == ours.len()))
         .unwrap_or_else(|| panic!("{name}: no group report with a send phase: {all:#?}"));
     let reported = seen_from_report(&report["evidence"]["send_phase"]);
     let until = (parse_rfc3339(report["ts"].as_str().unwrap()) * 1e9) as u64;
