@@ -1,4 +1,5 @@
 //! tcpvigil-lab: long-fat-network scenarios on one machine (netns + veth + tbf + nft + NFQUEUE delay + tc-bpf) with recorded ground truth.
+pub mod apps;
 pub mod bench;
 pub mod bpf;
 pub mod catalog;
