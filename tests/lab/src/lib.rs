@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cmd;
 pub mod delay;
 pub mod error;
+pub mod fuzzjudge;
 pub mod lab;
 pub mod netns;
 pub mod nfq;
