@@ -163,10 +163,8 @@ pub fn start(lab: &Lab, spec: &AppSpec, dir: &Path) -> Result<Servers> {
             f.set_len(bytes).map_err(|e| LabError::io("size blob.bin", e))?;
             let w = www.display().to_string();
             let addr = s.addr.to_string();
-            let c = cmd::spawn_in(
-                &s.netns,
-                &["python3", "-m", "http.server", &port, "--bind", &addr, "--directory", &w],
-            )?;
+            let c =
+                cmd::spawn_in(&s.netns, &["python3", "-m", "http.server", &port, "--bind", &addr, "--directory", &w])?;
             wait_listening(&s.netns, spec.port)?;
             c
         }
@@ -176,7 +174,14 @@ pub fn start(lab: &Lab, spec: &AppSpec, dir: &Path) -> Result<Servers> {
 
 /// Runs the active side (socket sender / curl clients) to completion after `start`; waits for the
 /// socket receiver's report too. `t0` is the traffic start.
-pub fn run(lab: &Lab, spec: &AppSpec, servers: &mut Servers, dir: &Path, t0: Instant, stop: &AtomicBool) -> Result<AppResult> {
+pub fn run(
+    lab: &Lab,
+    spec: &AppSpec,
+    servers: &mut Servers,
+    dir: &Path,
+    t0: Instant,
+    stop: &AtomicBool,
+) -> Result<AppResult> {
     let (s, r) = lab.pair(spec.sender, spec.receiver)?;
     while Instant::now() < t0 {
         std::thread::sleep((t0 - Instant::now()).min(Duration::from_millis(1)));

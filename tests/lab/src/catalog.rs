@@ -1,4 +1,5 @@
 //! The named scenarios, each scaled to run in 5-30 s on a 2-core machine, with the diagnosis the agent should make.
+use crate::apps::{App, AppSpec};
 use crate::bpf::RetxDrop;
 use crate::error::{LabError, Result};
 use crate::lab::LabConfig;
@@ -6,7 +7,6 @@ use crate::path::{Dir, LossySender, PathConfig, Police, Shape};
 use crate::plain::{Pause, PlainSpec};
 use crate::scenario::{Event, Scenario};
 use crate::topo::TopoConfig;
-use crate::apps::{App, AppSpec};
 use crate::traffic::{IperfFlow, Traffic};
 use crate::truth::Expected;
 
@@ -217,8 +217,13 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 lab(1, shaped(10.0, 200.0, None)),
                 Traffic::App(AppSpec { app: App::Socket, sender: 0, receiver: 0, streams: 1, duration_s: dur, bytes: None,
                     recv_pause: Some(Pause { at_s: 2.0, for_s: pause }), rcvbuf: None, port: 5302 }));
-            s.expected.push(Expected::new("stop", "zero-window", Some(2.0), Some(pause),
-                "owner receiver (zero_window) in every report, never network"));
+            s.expected.push(Expected::new(
+                "stop",
+                "zero-window",
+                Some(2.0),
+                Some(pause),
+                "owner receiver (zero_window) in every report, never network",
+            ));
             s
         }
         "http-download" => {
@@ -227,7 +232,13 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 lab(1, shaped(20.0, 400.0, None)),
                 Traffic::App(AppSpec { app: App::Http, sender: 0, receiver: 0, streams: 1, duration_s: 40.0, bytes: Some(300_000_000),
                     recv_pause: None, rcvbuf: None, port: 8080 }));
-            s.expected.push(Expected::new("none", "healthy", None, None, "no stop at all, the end of the download included"));
+            s.expected.push(Expected::new(
+                "none",
+                "healthy",
+                None,
+                None,
+                "no stop at all, the end of the download included",
+            ));
             s
         }
         other => return Err(LabError::Invalid(format!("unknown scenario `{other}`; known: {}", NAMES.join(", ")))),

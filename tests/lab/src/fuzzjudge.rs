@@ -109,7 +109,8 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
     let mut used = vec![false; reported.len()];
     for f in flows {
         let (l, r) = (f.local.to_string(), f.remote.to_string());
-        let mine: Vec<usize> = (0..reported.len()).filter(|&i| reported[i].local == l && reported[i].remote == r).collect();
+        let mine: Vec<usize> =
+            (0..reported.len()).filter(|&i| reported[i].local == l && reported[i].remote == r).collect();
         // Each report goes to the truth stall it overlaps most (edges widened: the daemon's end is
         // found at its next look, its start may sit one ACK earlier).
         let mut matched: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -129,13 +130,9 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
             }
         }
         for (k, s) in f.stalls.iter().enumerate() {
-            let reps: Vec<&Reported> = matched.get(&k).map(|v| v.iter().map(|&i| &reported[i]).collect()).unwrap_or_default();
-            let what = format!(
-                "{l}->{r} {} {:.2}s from {:.3}",
-                truth_label(s),
-                s.duration(),
-                s.start
-            );
+            let reps: Vec<&Reported> =
+                matched.get(&k).map(|v| v.iter().map(|&i| &reported[i]).collect()).unwrap_or_default();
+            let what = format!("{l}->{r} {} {:.2}s from {:.3}", truth_label(s), s.duration(), s.start);
             v.cells.push((truth_label(s), reps.first().map(|g| g.label()).unwrap_or_else(|| "nothing".into())));
             match s.owner {
                 Owner::Network => {
@@ -153,7 +150,10 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
                 Owner::Application => {
                     for g in &reps {
                         if g.reports.iter().any(|(o, _)| o == "network") {
-                            v.failures.push(format!("{what}: an application idle reported as the network's: {:?}", g.reports));
+                            v.failures.push(format!(
+                                "{what}: an application idle reported as the network's: {:?}",
+                                g.reports
+                            ));
                         } else if !f.had_stop() {
                             v.failures.push(format!("{what}: a stop on a transfer that had none: {:?}", g.reports));
                         } else {
@@ -168,7 +168,8 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
             let g = &reported[i];
             used[i] = true;
             v.cells.push(("none".into(), g.label()));
-            let what = format!("{l}->{r} reported stop from {:.3} for {:.2}s {:?}", g.start, g.end - g.start, g.reports);
+            let what =
+                format!("{l}->{r} reported stop from {:.3} for {:.2}s {:?}", g.start, g.end - g.start, g.reports);
             if !f.had_stop() {
                 v.failures.push(format!("{what}: a stop on a transfer that had none"));
             } else if g.reports.iter().any(|(o, _)| o == "network") {
@@ -214,7 +215,8 @@ fn judge_network(s: &Stall, reps: &[&Reported], rtt_s: f64, what: &str, v: &mut 
     }
     let limit = 2.0 * rtt_s.max(s.srtt_s) + 0.2;
     if g.first_ts - s.start > limit + 1e-3 && d > limit + 0.2 {
-        v.failures.push(format!("{what}: first reported {:.3}s after its start (limit {limit:.3}s)", g.first_ts - s.start));
+        v.failures
+            .push(format!("{what}: first reported {:.3}s after its start (limit {limit:.3}s)", g.first_ts - s.start));
     }
 }
 
@@ -234,10 +236,12 @@ impl Matrix {
         let mut cols: Vec<&String> = self.0.values().flat_map(|m| m.keys()).collect();
         cols.sort();
         cols.dedup();
-        let mut s = format!("| truth \\ reported | {} |\n", cols.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(" | "));
+        let mut s =
+            format!("| truth \\ reported | {} |\n", cols.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(" | "));
         s += &format!("|---|{}\n", "---|".repeat(cols.len()));
         for (row, m) in &self.0 {
-            let cells: Vec<String> = cols.iter().map(|c| m.get(*c).map(|n| n.to_string()).unwrap_or_else(|| "·".into())).collect();
+            let cells: Vec<String> =
+                cols.iter().map(|c| m.get(*c).map(|n| n.to_string()).unwrap_or_else(|| "·".into())).collect();
             s += &format!("| {row} | {} |\n", cells.join(" | "));
         }
         s
@@ -287,7 +291,17 @@ mod tests {
     }
 
     fn stall(owner: Owner, cause: &str, start: f64, end: f64, level: Level) -> Stall {
-        Stall { owner, cause: cause.into(), start, end, srtt_s: 0.02, threshold_s: 0.14, acked_before: 10 << 20, retransmissions: 3, level }
+        Stall {
+            owner,
+            cause: cause.into(),
+            start,
+            end,
+            srtt_s: 0.02,
+            threshold_s: 0.14,
+            acked_before: 10 << 20,
+            retransmissions: 3,
+            level,
+        }
     }
 
     #[test]
@@ -315,16 +329,25 @@ mod tests {
         assert_eq!(judge(&[f.clone()], &[], 0.02).failures.len(), 1);
         let late = vec![stop("network", "rto", T0 + 3.0, T0 + 4.0, Some(2.6))];
         assert!(judge(&[f.clone()], &late, 0.02).failures.iter().any(|x| x.contains("first reported")));
-        let undet = vec![stop("undetermined", "undetermined", T0 + 3.0, T0 + 3.2, None), stop("network", "rto", T0 + 3.0, T0 + 5.6, Some(2.6))];
+        let undet = vec![
+            stop("undetermined", "undetermined", T0 + 3.0, T0 + 3.2, None),
+            stop("network", "rto", T0 + 3.0, T0 + 5.6, Some(2.6)),
+        ];
         assert!(judge(&[f], &undet, 0.02).failures.iter().any(|x| x.contains("want network")));
     }
 
     #[test]
     fn a_receiver_stall_reported_as_the_networks_in_any_report_fails() {
         let f = flow(vec![stall(Owner::Receiver, "zero_window", T0 + 2.0, T0 + 16.0, Level::Maybe)]);
-        let good = vec![stop("receiver", "zero_window", T0 + 2.0, T0 + 2.3, None), stop("receiver", "zero_window", T0 + 2.0, T0 + 16.1, Some(14.0))];
+        let good = vec![
+            stop("receiver", "zero_window", T0 + 2.0, T0 + 2.3, None),
+            stop("receiver", "zero_window", T0 + 2.0, T0 + 16.1, Some(14.0)),
+        ];
         assert!(judge(&[f.clone()], &good, 0.01).failures.is_empty());
-        let bad = vec![stop("receiver", "zero_window", T0 + 2.0, T0 + 2.3, None), stop("network", "path_silent", T0 + 2.0, T0 + 7.0, None)];
+        let bad = vec![
+            stop("receiver", "zero_window", T0 + 2.0, T0 + 2.3, None),
+            stop("network", "path_silent", T0 + 2.0, T0 + 7.0, None),
+        ];
         let v = judge(&[f], &bad, 0.01);
         assert_eq!(v.failures.len(), 1, "{:?}", v.failures);
         assert_eq!(v.cells[0].1, "receiver->network/path_silent");

@@ -1,10 +1,10 @@
 //! Running a scenario: lab up, hooks, traffic with timed events, observation, truth.json.
+use crate::apps;
 use crate::clock::Stamp;
 use crate::error::{LabError, Result};
 use crate::lab::Lab;
 use crate::observe::{self, SsSample};
 use crate::path::Dir;
-use crate::apps;
 use crate::plain;
 use crate::scenario::{Event, Scenario, Side};
 use crate::traffic::{self, Traffic};

@@ -1,5 +1,5 @@
 //! Ground-truth stalls from a capture at the sender: when delivery (cumulative ACK or SACK) stood still, with what in flight and what window.
-use crate::pcap::{Seg, ACK, FIN, SYN};
+use crate::pcap::{Seg, ACK, FIN, RST, SYN};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -114,6 +114,8 @@ struct Flow {
     wait: Option<(f64, bool, u64, u32, u64)>,
     /// When the window reached one MSS inside an idle wait.
     opened: Option<f64>,
+    /// A reset ended the connection: what was open then is no stall (an aborted transfer).
+    reset: bool,
     raw: Vec<(f64, f64, bool, u64, u32, u64, Option<f64>, f64)>,
 }
 
@@ -264,6 +266,14 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
             f.first = s.t;
         }
         f.last = s.t;
+        if f.reset {
+            continue;
+        }
+        if s.flags & RST != 0 {
+            f.reset = true;
+            f.wait = None;
+            continue;
+        }
         if local_side {
             f.local_seg(s);
         } else {
@@ -298,7 +308,6 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pcap::RST;
 
     const L: &str = "10.71.1.2:40000";
     const R: &str = "10.72.1.2:5201";
@@ -406,7 +415,10 @@ mod tests {
         let base = 999 + off;
         v.push(seg(t + 2.0, true, base, 5001, ACK, 1000, 1448)); // 2 s later the application writes again
         v.push(seg(t + 2.05, false, 5001, base + 1448, ACK, 4000, 0)); // acked after 50 ms: no stall
-        v.push(seg(t + 2.1, true, base + 1448, 5001, RST, 0, 0));
+                                                                       // A transfer aborted with data in flight: the wait open at the reset is no stall.
+        v.push(seg(t + 2.06, true, base + 1448, 5001, ACK, 1000, 1448));
+        v.push(seg(t + 5.0, false, 5001, 0, RST, 0, 0));
+        v.push(seg(t + 9.0, true, base + 1448, 5001, ACK, 1000, 1448));
         let f = flows(&v, is_sender, 1 << 20);
         let s = &f[0].stalls;
         assert_eq!(s.len(), 1, "{s:?}");
