@@ -168,7 +168,7 @@ impl Plan {
     /// One line: what this run does.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "{:?} x{} rtt {} ms, {} Mbit/s, queue {} kB, loss {} %, {:.0} s",
+            "{:?} x{} rtt {} ms, {} Mbit/s, queue {} kB, loss {:.3} %, {:.1} s",
             self.client,
             self.streams,
             self.rtt_ms,

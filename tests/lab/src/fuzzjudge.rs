@@ -94,7 +94,7 @@ pub struct Verdict {
 }
 
 fn truth_label(s: &Stall) -> String {
-    let lvl = if s.level == Level::Must { "" } else { " (short)" };
+    let lvl = if s.owner == Owner::Network && s.level == Level::Maybe { " (short)" } else { "" };
     format!("{}/{}{lvl}", s.owner.as_str(), s.cause)
 }
 
