@@ -31,6 +31,8 @@ pub struct Reported {
     pub end: f64,
     pub ended: bool,
     pub first_ts: f64,
+    /// The largest srtt in the reports' evidence, seconds.
+    pub srtt_s: f64,
     /// (owner, cause) of each report, in order.
     pub reports: Vec<(String, String)>,
 }
@@ -60,8 +62,10 @@ pub fn group_stops(findings: &[Value]) -> Vec<Reported> {
             _ => (ts, false),
         };
         let rep = (s(&f["owner"]), s(&f["cause"]));
+        let srtt = f["evidence"]["srtt_ms"].as_f64().unwrap_or(0.0) / 1e3;
         match out.iter_mut().find(|(k, _)| *k == key) {
             Some((_, r)) => {
+                r.srtt_s = r.srtt_s.max(srtt);
                 r.reports.push(rep);
                 r.end = end.max(r.end);
                 r.ended = ended;
@@ -75,6 +79,7 @@ pub fn group_stops(findings: &[Value]) -> Vec<Reported> {
                     end,
                     ended,
                     first_ts: ts,
+                    srtt_s: srtt,
                     reports: vec![rep],
                 },
             )),
@@ -193,7 +198,8 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
 
 /// The bounds of judge.rs for a network stop: start within max(10 % of the stall, RTT, 60 ms); the end
 /// within that of the truth's (later by up to max(that, 1 s): the daemon finds it at its next look);
-/// first reported while it lasts, within 2 max(RTT, srtt) + 200 ms of its start; owner network in
+/// first reported while it lasts, within 2 max(RTT, srtt) + 200 ms of its reported start (srtt: the
+/// larger of the capture's and the report's, which includes the bottleneck queue); owner network in
 /// every report.
 fn judge_network(s: &Stall, reps: &[&Reported], rtt_s: f64, what: &str, v: &mut Verdict) {
     let Some(g) = reps.first() else {
@@ -213,10 +219,10 @@ fn judge_network(s: &Stall, reps: &[&Reported], rtt_s: f64, what: &str, v: &mut 
     if reps.iter().all(|r| r.ended) && (last < s.end - tol || last > s.end + tol.max(1.0)) {
         v.failures.push(format!("{what}: reported end {last:.3} vs the capture's {:.3}", s.end));
     }
-    let limit = 2.0 * rtt_s.max(s.srtt_s) + 0.2;
-    if g.first_ts - s.start > limit + 1e-3 && d > limit + 0.2 {
+    let limit = 2.0 * rtt_s.max(s.srtt_s).max(g.srtt_s) + 0.2;
+    if g.first_ts - g.start > limit + 1e-3 && d > limit + 0.2 {
         v.failures
-            .push(format!("{what}: first reported {:.3}s after its start (limit {limit:.3}s)", g.first_ts - s.start));
+            .push(format!("{what}: first reported {:.3}s after its start (limit {limit:.3}s)", g.first_ts - g.start));
     }
 }
 

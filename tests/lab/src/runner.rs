@@ -325,7 +325,8 @@ fn app_pids(ns: &str) -> Vec<i32> {
         .filter_map(|p| p.parse::<i32>().ok())
         .filter(|p| {
             let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-            matches!(comm.trim(), "iperf3" | "python3" | "curl")
+            let c = comm.trim();
+            c == "iperf3" || c == "curl" || c.starts_with("python")
         })
         .collect()
 }
