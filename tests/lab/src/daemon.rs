@@ -9,6 +9,17 @@ use std::time::{Duration, Instant};
 /// Config for judged runs: no flight recorder (dumps cost CPU and disk, nothing reads them here).
 pub const CONFIG: &str = "[recorder]\nenabled = false\n";
 
+/// The running daemon's pid (0: none), so Ctrl-C handling can stop it before the process exits.
+pub static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// SIGINT to the daemon started here, if one runs (the `lab` binary's signal thread calls this).
+pub fn interrupt_running() {
+    let pid = PID.swap(0, std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
+    }
+}
+
 pub struct Daemon {
     child: Option<Child>,
     pub events: PathBuf,
@@ -76,6 +87,7 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        PID.store(child.id() as i32, std::sync::atomic::Ordering::Relaxed);
         Ok(Daemon { child: Some(child), events })
     }
 
@@ -102,6 +114,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            PID.store(0, std::sync::atomic::Ordering::Relaxed);
             crate::cmd::interrupt_and_wait(&mut c, Duration::from_secs(10));
         }
     }

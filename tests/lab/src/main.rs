@@ -111,6 +111,7 @@ fn install_signal_thread() -> anyhow::Result<()> {
             eprintln!("[lab] {sig:?}: stopping and removing the lab");
             runner::STOP.store(true, Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_secs(15));
+            tcpvigil_lab::daemon::interrupt_running();
             registry::cleanup_all();
             std::process::exit(130);
         }
