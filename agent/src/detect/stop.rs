@@ -191,6 +191,23 @@ impl Conn {
         }
     }
 
+    /// A look at `ts` after `prev`: when `prev` was an exact look showing nothing to send, no stop
+    /// could run then, however late the next tick comes (a starved daemon, an idle shorter than the
+    /// tick). The data this look reports was written after `prev` and sent one srtt before `ts` at
+    /// the latest, so the stop clock restarts there (issue 11: a 0.17 s application idle of
+    /// http.server, ticked only after the next ACK, was reported as a network stop).
+    fn after_idle(&mut self, prev: Hold, ts: u64) {
+        if self.active.is_some() || !prev.exact || prev.outstanding() || prev.ts_ns == 0 {
+            return;
+        }
+        let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
+        if sent_by > self.anchor.0 {
+            self.anchor = (sent_by, self.acked);
+            self.ev = Evidence::default();
+            self.asked = None;
+        }
+    }
+
     /// Owner and cause from what the sender holds and what happened since delivery was healthy.
     /// Timeouts and retransmissions prove data was outstanding, whatever the last look said.
     fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, &'static str) {
@@ -324,7 +341,9 @@ impl StopDetector {
                 if s.mss > 0 {
                     c.mss = s.mss;
                 }
+                let idle = c.hold;
                 c.hold = Hold::of_sample(ev.ts_ns, s);
+                c.after_idle(idle, ev.ts_ns);
                 c.ev.min_cwnd = Some(c.ev.min_cwnd.map_or(s.cwnd, |m| m.min(s.cwnd)));
                 c.ev.ca_states.insert(s.ca_state);
                 let healthy_before = c.active.is_none();
@@ -338,7 +357,9 @@ impl StopDetector {
                 if s.srtt_us > 0 {
                     c.srtt_us = s.srtt_us;
                 }
+                let idle = c.hold;
                 c.hold = Hold::of_snapshot(ev.ts_ns, s);
+                c.after_idle(idle, ev.ts_ns);
                 let ack_ts = ev.ts_ns.saturating_sub(s.last_ack_age_us as u64 * 1000);
                 c.progress(cfg, ev.ts_ns, ack_ts, s.bytes_acked, out);
             }
@@ -915,6 +936,36 @@ mod tests {
         d.observe(&ev(t + 125 * MS, snapshot(acked + 100_000, 0, 0, 1 << 20, 100_000)), &mut out);
         run_ticks(&mut d, &mut out, t + 125 * MS, t + 3000 * MS);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn an_idle_the_ticks_missed_does_not_count_towards_a_stop() {
+        // The ACK that empties the pipe leaves nothing to send; the daemon ticks again only after
+        // the application wrote again and that data's first ACK came (a starved daemon): the idle
+        // was no stop, and the new data has been out for one srtt only.
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 0, 1 << 20)), &mut out);
+        let mut s = super::tests_support::sample(acked + 2896);
+        s.packets_out = 2000;
+        d.observe(&ev(t + 200 * MS, Body::Sample(s)), &mut out);
+        run_ticks(&mut d, &mut out, t + 200 * MS, t + 260 * MS);
+        assert!(out.is_empty(), "an application idle seen late is no stop: {out:?}");
+        healthy(&mut d, &mut out, t + 260 * MS, acked + 2896, 1000);
+        assert!(out.is_empty(), "{out:?}");
+        // The same data never acknowledged is a network stop, timed from when it was sent.
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 0, 1 << 20)), &mut out);
+        let mut s = super::tests_support::sample(acked);
+        s.packets_out = 2000;
+        d.observe(&ev(t + 200 * MS, Body::Sample(s)), &mut out);
+        run_ticks(&mut d, &mut out, t + 200 * MS, t + 1000 * MS);
+        let first = out.first().expect("a stop");
+        assert_eq!(first.owner, Some(StopOwner::Network));
+        assert!(first.start_ns >= t + 150 * MS, "start {} vs {}", first.start_ns, t + 180 * MS);
     }
 
     #[test]

@@ -99,7 +99,13 @@ pub struct Verdict {
 }
 
 fn truth_label(s: &Stall) -> String {
-    let lvl = if s.owner == Owner::Network && s.level == Level::Maybe { " (short)" } else { "" };
+    let lvl = if s.capture_gap {
+        " (capture gap)"
+    } else if s.owner == Owner::Network && s.level == Level::Maybe {
+        " (short)"
+    } else {
+        ""
+    };
     format!("{}/{}{lvl}", s.owner.as_str(), s.cause)
 }
 
@@ -139,6 +145,13 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
                 matched.get(&k).map(|v| v.iter().map(|&i| &reported[i]).collect()).unwrap_or_default();
             let what = format!("{l}->{r} {} {:.2}s from {:.3}", truth_label(s), s.duration(), s.start);
             v.cells.push((truth_label(s), reps.first().map(|g| g.label()).unwrap_or_else(|| "nothing".into())));
+            if s.capture_gap {
+                v.notes.push(format!(
+                    "{what}: the capture missed packets here, not judged: {:?}",
+                    reps.first().map(|g| &g.reports)
+                ));
+                continue;
+            }
             match s.owner {
                 Owner::Network => {
                     if s.level == Level::Must {
@@ -307,6 +320,7 @@ mod tests {
             acked_before: 10 << 20,
             retransmissions: 3,
             level,
+            capture_gap: false,
         }
     }
 
@@ -369,6 +383,16 @@ mod tests {
         assert_eq!(v.failures.len(), 1);
         assert_eq!(v.cells.last().unwrap().0, "none");
         assert!(judge(&[f], &[], 0.02).failures.is_empty());
+    }
+
+    #[test]
+    fn a_stall_the_capture_missed_packets_in_is_not_judged() {
+        let mut s = stall(Owner::Application, "idle", T0 + 4.0, T0 + 4.3, Level::Maybe);
+        s.capture_gap = true;
+        let reps = vec![stop("network", "unknown", T0 + 4.0, T0 + 4.3, Some(0.3))];
+        let v = judge(&[flow(vec![s])], &reps, 0.02);
+        assert!(v.failures.is_empty(), "{:?}", v.failures);
+        assert_eq!(v.cells[0].0, "application/idle (capture gap)");
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Stall {
     pub acked_before: u64,
     pub retransmissions: u32,
     pub level: Level,
+    /// The capture missed packets inside it (an ACK for data it never saw, or the sender sending
+    /// past the window it last saw opened): the truth cannot tell, nothing is judged on it.
+    #[serde(default)]
+    pub capture_gap: bool,
 }
 
 impl Stall {
@@ -116,7 +120,9 @@ struct Flow {
     opened: Option<f64>,
     /// A reset ended the connection: what was open then is no stall (an aborted transfer).
     reset: bool,
-    raw: Vec<(f64, f64, bool, u64, u32, u64, Option<f64>, f64)>,
+    /// The open wait saw a capture gap.
+    gap: bool,
+    raw: Vec<(f64, f64, bool, u64, u32, u64, Option<f64>, f64, bool)>,
 }
 
 impl Flow {
@@ -127,9 +133,10 @@ impl Flow {
     fn close(&mut self, t: f64) {
         if let Some((s, flight, win, retx, acked)) = self.wait.take() {
             let srtt = self.srtt.unwrap_or(0.1);
-            self.raw.push((s, t, flight, win, retx, acked, self.opened.take(), srtt));
+            self.raw.push((s, t, flight, win, retx, acked, self.opened.take(), srtt, self.gap));
         }
         self.opened = None;
+        self.gap = false;
     }
 
     fn local_seg(&mut self, s: &Seg) {
@@ -149,6 +156,11 @@ impl Flow {
             return; // pure ACKs and window probes (seq = una - 1) put nothing in flight
         }
         self.max_payload = self.max_payload.max(s.len);
+        if let Some((_, true, win, _, acked)) = self.wait {
+            if end > acked + 1 + win + 2 * self.mss() {
+                self.gap = true; // sending past the window last seen: ACKs went uncaptured
+            }
+        }
         if end > self.max {
             if self.max <= self.una {
                 // New data after an idle: the idle ends, a wait for its delivery begins.
@@ -181,7 +193,13 @@ impl Flow {
             _ => 0,
         };
         self.rwnd = u64::from(s.win) << scale;
-        let a = unwrap(s.ack.wrapping_sub(isn), self.una).min(self.max.max(1));
+        let a = unwrap(s.ack.wrapping_sub(isn), self.una);
+        if a > self.max && a < self.max + (1 << 30) {
+            // An ACK for data the capture never saw: data segments went uncaptured.
+            self.gap = true;
+            self.max = a;
+        }
+        let a = a.min(self.max.max(1));
         let hi = s.sack.iter().map(|b| unwrap(b.1.wrapping_sub(isn), self.una)).max().unwrap_or(0).min(self.max);
         let progress = a > self.una || hi > self.sack_hi;
         if a > self.una {
@@ -212,7 +230,7 @@ fn threshold(srtt: f64) -> f64 {
 fn classify(f: &Flow) -> Vec<Stall> {
     let mss = f.mss();
     let mut out = Vec::new();
-    for &(start, end, flight, win, retx, acked, opened, srtt) in &f.raw {
+    for &(start, end, flight, win, retx, acked, opened, srtt, gap) in &f.raw {
         let th = threshold(srtt);
         let mut push = |owner: Owner, cause: &str, s: f64, e: f64| {
             let d = e - s;
@@ -230,6 +248,7 @@ fn classify(f: &Flow) -> Vec<Stall> {
                 acked_before: acked,
                 retransmissions: retx,
                 level: if must { Level::Must } else { Level::Maybe },
+                capture_gap: gap,
             });
         };
         if flight {
@@ -426,6 +445,21 @@ mod tests {
         assert!(!f[0].had_stop());
         // Too small a connection is left out.
         assert!(flows(&v, is_sender, 100 << 20).is_empty());
+    }
+
+    #[test]
+    fn an_ack_for_uncaptured_data_marks_the_wait_it_ends_as_a_capture_gap() {
+        let (mut v, off, t) = bulk(1.0);
+        // 30 segments captured, 2000 more sent but not captured; the ACK for all comes 0.5 s later.
+        for i in 0..30 {
+            v.push(seg(t, true, 999 + off + i * 1448, 5001, ACK, 1000, 1448));
+        }
+        v.push(seg(t + 0.01, false, 5001, 999 + off + 30 * 1448, ACK, 4000, 0));
+        v.push(seg(t + 0.5, false, 5001, 999 + off + 2030 * 1448, ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].capture_gap && s[0].owner == Owner::Application, "{s:?}");
     }
 
     #[test]
