@@ -222,6 +222,11 @@ impl Conn {
             // ACKs keep coming and each opens the window by a trickle: a receiver reading slowly,
             // not a network losing data (that would retransmit or time out).
             StopOwner::Receiver
+        } else if self.hold.sender_held() && e.acks > 0 {
+            // ACKs keep acknowledging the little that is out while data waits with cwnd and window
+            // to spare: the sending host trickles (lab fuzz seed 1 run 3: 4 segments per RTT, each
+            // acknowledged one RTT later, 12 MB waiting, cwnd 2396), nothing is stuck in the network.
+            StopOwner::Application
         } else if trusted {
             self.hold.owner()
         } else {
@@ -966,6 +971,31 @@ mod tests {
         let first = out.first().expect("a stop");
         assert_eq!(first.owner, Some(StopOwner::Network));
         assert!(first.start_ns >= t + 150 * MS, "start {} vs {}", first.start_ns, t + 180 * MS);
+    }
+
+    #[test]
+    fn a_sender_trickling_with_cwnd_and_window_to_spare_is_no_network_stop() {
+        let trickle = |packets_out: u32, cwnd: u32| {
+            let mut d = StopDetector::new(StopConfig::default());
+            let mut out = vec![];
+            let (mut t, mut acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+            // Every 30 ms an ACK for the 4 segments out; 12 MB wait; the window is open.
+            for _ in 0..20 {
+                t += 30 * MS;
+                acked += 4 * 1448;
+                let mut s = super::tests_support::sample(acked);
+                (s.packets_out, s.cwnd, s.write_queue, s.snd_wnd) = (packets_out, cwnd, 12 << 20, 10 << 20);
+                s.snd_nxt = s.snd_una.wrapping_add(packets_out * 1448);
+                d.observe(&ev(t, Body::Sample(s)), &mut out);
+                d.tick(t, &mut out);
+            }
+            out
+        };
+        let out = trickle(4, 2396);
+        assert!(out.is_empty(), "the sending host held it back: {out:?}");
+        // The same trickle with the flight filling cwnd is delivery collapsing in the network.
+        let out = trickle(80, 80);
+        assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
     }
 
     #[test]
