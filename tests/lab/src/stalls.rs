@@ -237,6 +237,23 @@ fn classify(f: &Flow) -> Vec<Stall> {
             if d < 0.6 * th {
                 return;
             }
+            // Two network stalls back to back were parted by one ACK, no resumed delivery (e.g. a
+            // backed-off retransmission acknowledged after an outage, then the next timeout): one stall.
+            if let Some(last) = out
+                .last_mut()
+                .filter(|l: &&mut Stall| l.owner == Owner::Network && owner == Owner::Network && l.end == s)
+            {
+                last.end = e;
+                last.retransmissions += retx;
+                last.capture_gap |= gap;
+                if last.retransmissions > 0 {
+                    last.cause = "retransmitting".into();
+                }
+                if last.duration() >= 1.3 * last.threshold_s + 0.1 && last.acked_before >= 2 << 20 {
+                    last.level = Level::Must;
+                }
+                return;
+            }
             let must = owner == Owner::Network && d >= 1.3 * th + 0.1 && acked >= 2 << 20;
             out.push(Stall {
                 owner,
@@ -386,6 +403,8 @@ mod tests {
             v.push(seg(t, true, 999 + off + i * 1448, 5001, ACK, 1000, 1448));
         }
         v.push(seg(t + 0.5, true, 999 + off, 5001, ACK, 1000, 1448));
+        // One retransmission acknowledged at 1.2 s, then silence again: still one stall.
+        v.push(seg(t + 1.2, false, 5001, 999 + off + 1448, ACK, 4000, 0));
         v.push(seg(t + 2.0, false, 5001, 999 + off + 50 * 1448, ACK, 4000, 0));
         let f = flows(&v, is_sender, 1 << 20);
         let s = &f[0].stalls;
