@@ -61,7 +61,16 @@ impl Daemon {
         let _ = std::fs::remove_file(&ready);
         let _ = std::fs::remove_file(&events);
         std::fs::write(&cfg, CONFIG).map_err(|e| LabError::io("write tcpvigil.toml", e))?;
-        let mut child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        // `lab` blocks SIGINT/SIGTERM in its threads (a signal thread waits for them) and a child
+        // inherits the mask: unblock them, or the daemon would never see the SIGINT that stops it.
+        // SAFETY: between fork and exec only sigprocmask runs, which is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                nix::sys::signal::SigSet::empty().thread_set_mask().map_err(std::io::Error::from)
+            });
+        }
+        let mut child = cmd
             .args(["run", "--listen", "127.0.0.1:0", "--config"])
             .arg(&cfg)
             .arg("--events")
