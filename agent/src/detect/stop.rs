@@ -434,10 +434,12 @@ impl StopDetector {
                 if c.verdict.is_some_and(|(o, _)| o == StopOwner::Receiver)
                     && v.0 == StopOwner::Network
                     && c.ev.rtos == 0
-                    && c.ev.retrans_segs == 0
                 {
                     // The window opened and data is in flight again: the receiver's stop winds
-                    // down. Only timeouts or retransmissions would make it the network's.
+                    // down. The burst that refills the window may lose a few segments at the
+                    // bottleneck and be repaired by fast retransmits (lab fuzz seed 2026 run 9:
+                    // 3 retransmissions after a 3.3 s zero window turned it network/slow_recovery);
+                    // that is not what stopped the transfer. Only a timeout makes it the network's.
                     v = (StopOwner::Receiver, "zero_window");
                 }
                 if v.0 == StopOwner::Application && c.hold.ts_ns > start {
@@ -815,6 +817,47 @@ mod tests {
         let last = out.last().unwrap();
         assert!(!last.ongoing);
         assert_eq!((last.owner, last.cause.as_str()), (Some(StopOwner::Receiver), "zero_window"));
+    }
+
+    #[test]
+    fn fast_retransmits_of_the_burst_that_refills_the_window_leave_the_stop_the_receivers() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 3000 * MS);
+        assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Receiver)), "{out:?}");
+        // The window opens: a burst, three segments lost at the bottleneck and fast-retransmitted
+        // in Recovery while delivery picks up slowly.
+        let mut t = t + 3000 * MS;
+        for i in 0..3u32 {
+            t += 20 * MS;
+            let r = crate::model::Retrans {
+                seq: i,
+                end_seq: i + 1448,
+                segs: 1,
+                sacked: 0x84,
+                ca_state: CA_RECOVERY,
+                count: 1,
+                since_prev_ns: 0,
+                lost_retrans: false,
+                failed: false,
+                cwnd: 300,
+                ssthresh: 300,
+                packets_out: 250,
+                lost_out: 1,
+                sacked_out: 10,
+                retrans_out: 1,
+                snd_una: 0,
+            };
+            d.observe(&ev(t, Body::Retrans(r)), &mut out);
+            d.observe(&ev(t, sample(acked + u64::from(i) * 1448, 300, CA_RECOVERY, 10 << 20)), &mut out);
+            d.tick(t, &mut out);
+        }
+        healthy(&mut d, &mut out, t, acked + 5000, 1000);
+        let last = out.last().unwrap();
+        assert!(!last.ongoing, "{out:?}");
+        assert!(out.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{out:?}");
     }
 
     #[test]
