@@ -384,6 +384,10 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
         matrix.add(&rep.verdict.cells);
         each(&rep);
         reports.push(rep);
+        if opts.progress && reports.len() % 10 == 0 && reports.len() < opts.runs.len() {
+            let failed = reports.iter().filter(|r| r.failed()).count();
+            eprintln!("[fuzz] after {} runs ({failed} failed):\n{}", reports.len(), matrix.render());
+        }
     }
     Ok((matrix, reports))
 }
