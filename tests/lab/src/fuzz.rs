@@ -392,6 +392,27 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
     Ok((matrix, reports))
 }
 
+/// Judges a kept run directory again (its fuzz.json and capture) with the current truth and judge,
+/// e.g. after the truth was corrected: (plan, verdict).
+pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
+    let f = dir.join("fuzz.json");
+    let text = std::fs::read_to_string(&f).map_err(|e| LabError::io(format!("read {}", f.display()), e))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| LabError::Parse { what: f.display().to_string(), detail: e.to_string() })?;
+    let plan: Plan = serde_json::from_value(v["plan"].clone())
+        .map_err(|e| LabError::Parse { what: format!("{} plan", f.display()), detail: e.to_string() })?;
+    let senders: Vec<std::net::IpAddr> = v["flows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x["local"].as_str()?.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+        .collect();
+    let findings: Vec<serde_json::Value> = v["findings"].as_array().cloned().unwrap_or_default();
+    let segs = crate::pcap::read(&dir.join("capture-s0.pcap"))?;
+    let flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    Ok((plan.clone(), judge(&flows, &findings, f64::from(plan.rtt_ms) / 1e3)))
+}
+
 /// The campaign's result as text: the matrix, the failing runs with their replay command, the time.
 pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64) -> String {
     let failed: Vec<&RunReport> = reports.iter().filter(|r| r.failed()).collect();

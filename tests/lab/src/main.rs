@@ -69,6 +69,11 @@ enum Cmd {
         #[arg(long)]
         keep: bool,
     },
+    /// Judge kept `lab fuzz` run directories again with the current truth and judge.
+    Rejudge {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// Print the truth stalls of a capture (pcap) at a sender: every connection of the --sender addresses.
     Stalls {
         pcap: PathBuf,
@@ -237,6 +242,33 @@ fn main() -> ExitCode {
                     }),
                 }
             }
+        }
+        Cmd::Rejudge { dirs } => {
+            let mut failed = 0;
+            let mut m = tcpvigil_lab::fuzzjudge::Matrix::default();
+            let mut res = Ok(());
+            for d in &dirs {
+                match fuzz::rejudge(d) {
+                    Ok((plan, v)) => {
+                        m.add(&v.cells);
+                        let ok = v.failures.is_empty();
+                        failed += usize::from(!ok);
+                        println!(
+                            "seed {} run {}: {} -> {}",
+                            plan.seed,
+                            plan.run,
+                            plan.describe(),
+                            if ok { "pass" } else { "FAIL" }
+                        );
+                        for f in &v.failures {
+                            println!("  {f}");
+                        }
+                    }
+                    Err(e) => res = Err((2, anyhow::anyhow!("{}: {e}", d.display()))),
+                }
+            }
+            println!("\n{}", m.render());
+            res.map(|_| if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Cmd::Stalls { pcap, sender } => match tcpvigil_lab::pcap::read(&pcap) {
             Err(e) => Err((2, e.into())),
