@@ -59,6 +59,9 @@ pub struct Stall {
     /// past the window it last saw opened): the truth cannot tell, nothing is judged on it.
     #[serde(default)]
     pub capture_gap: bool,
+    /// Still going when the capture ended: its true end is unknown (not judged).
+    #[serde(default)]
+    pub cut: bool,
 }
 
 impl Stall {
@@ -271,6 +274,7 @@ fn classify(f: &Flow) -> Vec<Stall> {
                 retransmissions: retx,
                 level: if must { Level::Must } else { Level::Maybe },
                 capture_gap: gap,
+                cut: false,
             });
         };
         if flight {
@@ -321,17 +325,25 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
             f.remote_seg(s);
         }
     }
+    let cap_end = segs.iter().map(|s| s.t).fold(f64::MIN, f64::max);
     let mut out = Vec::new();
     for (_, mut f) in map {
         let acked = f.una.saturating_sub(1);
         if acked < min_bytes {
             continue;
         }
-        if let Some((_, true, ..)) = f.wait {
-            let t = f.last;
-            f.close(t);
+        // A network wait still open when the capture ends lasts at least until then (the sender's
+        // backed-off retries may be seconds apart: its last packet is no end; seed 1 run 47).
+        let open = matches!(f.wait, Some((_, true, ..)));
+        if open {
+            f.close(cap_end);
         }
-        let stalls = classify(&f);
+        let mut stalls = classify(&f);
+        if open {
+            if let Some(s) = stalls.last_mut().filter(|s| s.owner == Owner::Network && s.end == cap_end) {
+                s.cut = true;
+            }
+        }
         out.push(FlowTruth {
             local: f.local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             remote: f.remote.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -488,6 +500,21 @@ mod tests {
         let s = &f[0].stalls;
         assert_eq!(s.len(), 1, "{s:?}");
         assert!(s[0].capture_gap && s[0].owner == Owner::Application, "{s:?}");
+    }
+
+    #[test]
+    fn a_network_stall_open_when_the_capture_ends_lasts_until_then() {
+        let (mut v, off, t) = bulk(1.0);
+        v.push(seg(t, true, 999 + off, 5001, ACK, 1000, 1448));
+        v.push(seg(t + 0.5, true, 999 + off, 5001, ACK, 1000, 1448));
+        // Another connection's packet 3 s later: the capture went on.
+        let mut other = seg(t + 3.0, false, 1, 1, ACK, 1, 0);
+        other.src = "10.72.1.2:6000".parse().unwrap();
+        v.push(other);
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].cut && s[0].owner == Owner::Network && (s[0].end - (t + 3.0)).abs() < 1e-9, "{s:?}");
     }
 
     #[test]
