@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc-dev
       iperf3 nftables iptables iproute2 tcpdump ethtool procps iputils-ping
       bpftool fonts-dejavu-core
+      curl python3                                # lab fuzz and the issue-11 scenarios: curl, http.server, py/tcpflow.py
       tmux                                        # the watch test runs the view in a real terminal
       python3-jsonschema                          # events against docs/schema (scripts/validate-events.py)
       curl binutils systemd                       # ci-package.sh: scrape, readelf/strip, systemd-analyze verify

@@ -85,6 +85,21 @@ fn tail_loss_ending_in_a_timeout_is_an_rto_stop() {
 }
 
 #[test]
+fn a_python_receiver_sleeping_14_s_is_the_receivers_stall_never_the_networks() {
+    judged("receiver-stall");
+}
+
+#[test]
+fn a_python_receiver_sleeping_3_s_is_the_receivers_stall_never_the_networks() {
+    judged("receiver-stall-3s");
+}
+
+#[test]
+fn an_http_download_has_no_stop_its_end_included() {
+    judged("http-download");
+}
+
+#[test]
 fn a_receiver_that_stops_reading_is_a_zero_window_stop() {
     judged("zero-window");
 }

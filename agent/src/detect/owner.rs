@@ -17,6 +17,8 @@ pub struct Hold {
     /// Window the receiver offers beyond what is in flight, bytes.
     pub usable_wnd: u64,
     pub mss: u32,
+    /// Congestion window, segments (0: not seen).
+    pub cwnd: u32,
     /// The zero-window probe timer is armed, or probes went unanswered (snapshots only).
     pub probing: bool,
     /// The state after the last ACK the kernel processed: a snapshot, the state a pipe-emptying
@@ -36,6 +38,7 @@ impl Hold {
             unsent: s.write_queue.saturating_sub(sent) as u64,
             usable_wnd: usable(s.snd_una, s.snd_wnd, s.snd_nxt),
             mss: s.mss,
+            cwnd: s.cwnd,
             probing: false,
             exact: s.drained || !s.selected,
         }
@@ -49,6 +52,7 @@ impl Hold {
             unsent: s.unsent as u64,
             usable_wnd: usable(s.snd_una, s.snd_wnd, s.snd_nxt),
             mss: s.mss,
+            cwnd: s.cwnd,
             probing: s.packets_out == 0 && (s.timer == TIMER_PROBE0 || s.probes_out > 0),
             exact: true,
         }
@@ -62,6 +66,17 @@ impl Hold {
     /// Anything to deliver: in flight or waiting to be sent.
     pub fn outstanding(&self) -> bool {
         self.in_flight > 0 || self.unsent > 0
+    }
+
+    /// Data waits, the window and cwnd have room for twice what is in flight, yet only that little is
+    /// out: the sending host holds it back (pacing, CPU, small queues), not the network.
+    pub fn sender_held(&self) -> bool {
+        self.exact
+            && self.in_flight > 0
+            && self.unsent > 0
+            && self.usable_wnd >= self.mss.max(1) as u64
+            && self.cwnd > 0
+            && self.in_flight.saturating_mul(2) < self.cwnd
     }
 
     /// Whose stop this is, were the connection stopped now.
@@ -110,7 +125,7 @@ mod tests {
     use crate::detect::stop::tests_support::sample;
 
     fn hold(in_flight: u32, unsent: u64, wnd: u64) -> Hold {
-        Hold { ts_ns: 1, in_flight, unsent, usable_wnd: wnd, mss: 1448, probing: false, exact: true }
+        Hold { ts_ns: 1, in_flight, unsent, usable_wnd: wnd, mss: 1448, cwnd: 0, probing: false, exact: true }
     }
 
     #[test]

@@ -211,6 +211,45 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
             let found = found_in_progress(&stop, truth);
             row(scenario, &format!("stop/zero_window {t1:+.2} {:.2}", t2 - t1), Some(&stop), truth, Some(found))
         }
+        "receiver-stall" | "receiver-stall-3s" => {
+            // Issue 11's first case: the receiving application sleeps; nothing is outstanding.
+            let stops: Vec<&Value> = f.iter().filter(|x| x["kind"] == "stop").collect();
+            for s in &stops {
+                let (_, all) = owners(s);
+                assert!(all.iter().all(|o| o != "network"), "a sleeping receiver reported as the network's: {s:#}");
+            }
+            assert_eq!(stops.len(), 1, "one stop, the receiver's: {stops:#?}");
+            let stop = stops[0].clone();
+            assert_eq!(
+                (stop["owner"].as_str(), stop["cause"].as_str()),
+                (Some("receiver"), Some("zero_window")),
+                "{stop:#}"
+            );
+            let (first, all) = owners(&stop);
+            assert_eq!(first, "receiver", "the receiver's from the first report: {all:?}");
+            let (t1, t2) = injection(truth, "zero-window");
+            let start = secs_from_start(&stop["start"], truth);
+            let dur = stop["duration_s"].as_f64().expect("ended");
+            // The window closes once the receive buffer is full, a little after reading stops.
+            assert!(start >= t1 - 0.1 && start <= t1 + 1.5, "start {start:.2}s vs {t1:.2}s");
+            assert!((start + dur - t2).abs() <= 0.5, "end {:.2}s vs reading resumes {t2:.2}s", start + dur);
+            let found = found_in_progress(&stop, truth);
+            row(
+                scenario,
+                &format!("stop/receiver/zero_window {t1:+.2} {:.2}", t2 - t1),
+                Some(&stop),
+                truth,
+                Some(found),
+            )
+        }
+        "http-download" => {
+            // Issue 11's second case: no stop at all, the end of the download included.
+            let stops: Vec<&Value> = f.iter().filter(|x| x["kind"] == "stop").collect();
+            assert!(stops.is_empty(), "a stop in a healthy download: {stops:#?}");
+            let got: u64 = truth.apps.as_ref().map(|a| a.bytes.iter().sum()).unwrap_or(0);
+            assert!(got >= 300_000_000, "curl got {got} bytes of 300 MB: {:?}", truth.apps);
+            row(scenario, "nothing, its end included", None, truth, None)
+        }
         "lfn-buffer" => {
             let l = only(f, "limit", "rwnd_limited");
             assert_eq!(l["evidence"]["sysctl"], "net.ipv4.tcp_rmem");

@@ -1,4 +1,5 @@
 //! The named scenarios, each scaled to run in 5-30 s on a 2-core machine, with the diagnosis the agent should make.
+use crate::apps::{App, AppSpec};
 use crate::bpf::RetxDrop;
 use crate::error::{LabError, Result};
 use crate::lab::LabConfig;
@@ -22,6 +23,9 @@ pub const NAMES: &[&str] = &[
     "outage",
     "lost-retransmit",
     "zero-window",
+    "receiver-stall",
+    "receiver-stall-3s",
+    "http-download",
     "path-outage",
 ];
 
@@ -204,6 +208,38 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 Traffic::Plain(PlainSpec { sender: 0, receiver: 0, duration_s: 8.0, pause: Some(Pause { at_s: 2.0, for_s: 3.0 }), rcvbuf: Some(256 * 1024), port: 5301 }));
             s.expected.push(Expected::new("stop", "zero-window", Some(2.0), Some(3.0),
                 "the receiver advertises a zero window (TcpExtTCPToZeroWindowAdv on the receiver), the sender sends window probes; the cause is the receiving application, not the network"));
+            s
+        }
+        "receiver-stall" | "receiver-stall-3s" => {
+            let long = name == "receiver-stall";
+            let (pause, dur) = if long { (14.0, 19.0) } else { (3.0, 8.0) };
+            let mut s = base(name, &format!("a python sender writes 1 MiB buffers as fast as it can; the receiving application sleeps {pause:.0} s from 2 s, then reads to the end"), None,
+                "Reported case (issue 11): py/tcpflow.py, 10 ms RTT, tbf 200 Mbit/s, default buffers. The receive buffer fills, the window closes, nothing is in flight and the sender holds unsent data: the receiver's stall, never the network's (no timeout, no retransmission, nothing outstanding). truth.injections zero-window has the real pause.",
+                lab(1, shaped(10.0, 200.0, None)),
+                Traffic::App(AppSpec { app: App::Socket, sender: 0, receiver: 0, streams: 1, duration_s: dur, bytes: None,
+                    recv_pause: Some(Pause { at_s: 2.0, for_s: pause }), rcvbuf: None, port: 5302 }));
+            s.expected.push(Expected::new(
+                "stop",
+                "zero-window",
+                Some(2.0),
+                Some(pause),
+                "owner receiver (zero_window) in every report, never network",
+            ));
+            s
+        }
+        "http-download" => {
+            let mut s = base("http-download", "curl downloads a 300 MB file from python's http.server over 20 ms, tbf 400 Mbit/s: no stop, its end included", None,
+                "Reported case (issue 11), scaled from 1.5 GB to 300 MB (--bytes): python3 -m http.server in the sender namespace serves a sparse file, curl in the receiver namespace downloads it. The end of the transfer (last window draining, FIN, close) is no stop.",
+                lab(1, shaped(20.0, 400.0, None)),
+                Traffic::App(AppSpec { app: App::Http, sender: 0, receiver: 0, streams: 1, duration_s: 40.0, bytes: Some(300_000_000),
+                    recv_pause: None, rcvbuf: None, port: 8080 }));
+            s.expected.push(Expected::new(
+                "none",
+                "healthy",
+                None,
+                None,
+                "no stop at all, the end of the download included",
+            ));
             s
         }
         "path-outage" => {

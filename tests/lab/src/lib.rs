@@ -1,20 +1,26 @@
 //! tcpvigil-lab: long-fat-network scenarios on one machine (netns + veth + tbf + nft + NFQUEUE delay + tc-bpf) with recorded ground truth.
+pub mod apps;
 pub mod bench;
 pub mod bpf;
 pub mod catalog;
 pub mod clock;
 pub mod cmd;
+pub mod daemon;
 pub mod delay;
 pub mod error;
+pub mod fuzz;
+pub mod fuzzjudge;
 pub mod lab;
 pub mod netns;
 pub mod nfq;
 pub mod observe;
 pub mod path;
+pub mod pcap;
 pub mod plain;
 pub mod registry;
 pub mod runner;
 pub mod scenario;
+pub mod stalls;
 pub mod topo;
 pub mod traffic;
 pub mod truth;

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use tcpvigil_lab::{bench, lab, registry, runner, Knobs, LabError, RunOptions, Scenario};
+use tcpvigil_lab::{bench, fuzz, lab, registry, runner, Knobs, LabError, RunOptions, Scenario};
 
 /// Long-fat-network lab for tcpvigil: builds network namespaces (senders -- router -- receivers),
 /// impairs the path (NFQUEUE delay line, tbf, nft policer/loss/outage, tc-bpf targeted drops),
@@ -45,6 +45,42 @@ enum Cmd {
         #[command(flatten)]
         knobs: Box<Knobs>,
     },
+    /// Randomized scenarios beside the live daemon, each judged against a capture at the sender;
+    /// prints a confusion matrix and every failing run (exit 1 if any).
+    Fuzz {
+        /// Number of runs (runs 0..N of the seed).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100000))]
+        runs: u32,
+        /// Campaign seed: the same seed draws the same runs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Replay only run K of the seed (as printed for a failing run).
+        #[arg(long)]
+        run: Option<u32>,
+        /// Cap on each run's traffic in seconds (longer outages and pauses are shortened to fit).
+        #[arg(long, default_value_t = 40.0)]
+        max_seconds: f64,
+        /// The tcpvigil binary (default: next to lab in target/{release,debug}).
+        #[arg(long)]
+        tcpvigil: Option<PathBuf>,
+        /// Parent of run directories (a passing run's is removed unless --keep).
+        #[arg(long, default_value = "lab-runs/fuzz")]
+        out: PathBuf,
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Judge kept `lab fuzz` run directories again with the current truth and judge.
+    Rejudge {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+    /// Print the truth stalls of a capture (pcap) at a sender: every connection of the --sender addresses.
+    Stalls {
+        pcap: PathBuf,
+        /// The sender's address(es).
+        #[arg(long, required = true)]
+        sender: Vec<std::net::IpAddr>,
+    },
     /// Remove lab namespaces left by killed runs (--all: every lab namespace, even of live runs).
     Down {
         #[arg(long)]
@@ -80,6 +116,7 @@ fn install_signal_thread() -> anyhow::Result<()> {
             eprintln!("[lab] {sig:?}: stopping and removing the lab");
             runner::STOP.store(true, Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_secs(15));
+            tcpvigil_lab::daemon::interrupt_running();
             registry::cleanup_all();
             std::process::exit(130);
         }
@@ -148,6 +185,34 @@ fn run(name: &str, opts: RunOptions, knobs: &Knobs) -> Result<ExitCode, (u8, any
     }
 }
 
+fn fuzz_cmd(opts: fuzz::FuzzOptions) -> Result<ExitCode, (u8, anyhow::Error)> {
+    let total = opts.runs.len();
+    let started = std::time::Instant::now();
+    let mut done = 0;
+    let (matrix, reports) = fuzz::campaign(&opts, |r| {
+        done += 1;
+        let verdict = match (&r.error, r.verdict.failures.len()) {
+            (Some(e), _) => format!("ERROR {e}"),
+            (None, 0) => "pass".into(),
+            (None, n) => format!("FAIL ({n})"),
+        };
+        eprintln!(
+            "[fuzz] {done}/{total} seed {} run {}: {} -> {verdict} ({:.0} s, {:.0} s so far)",
+            r.plan.seed,
+            r.plan.run,
+            r.plan.describe(),
+            r.seconds,
+            started.elapsed().as_secs_f64()
+        );
+        for f in &r.verdict.failures {
+            eprintln!("[fuzz]     {f}");
+        }
+    })
+    .map_err(|e| (if matches!(e, LabError::Missing(_) | LabError::Invalid(_)) { 2 } else { 1 }, e.into()))?;
+    println!("{}", fuzz::summary(&opts, &matrix, &reports, started.elapsed().as_secs_f64()));
+    Ok(if reports.iter().any(|r| r.failed()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = install_signal_thread() {
@@ -160,6 +225,75 @@ fn main() -> ExitCode {
             let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
             run(&scenario, opts, &knobs)
         }
+        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep } => {
+            if !(8.0..=600.0).contains(&max_seconds) {
+                Err((2, anyhow::anyhow!("--max-seconds {max_seconds} not in 8..=600")))
+            } else {
+                match tcpvigil_lab::daemon::find_binary(tcpvigil.as_deref()) {
+                    Err(e) => Err((2, e.into())),
+                    Ok(bin) => fuzz_cmd(fuzz::FuzzOptions {
+                        seed,
+                        runs: run.map(|k| vec![k]).unwrap_or_else(|| (0..runs).collect()),
+                        max_s: max_seconds,
+                        tcpvigil: bin,
+                        out_dir: out,
+                        keep,
+                        progress: true,
+                    }),
+                }
+            }
+        }
+        Cmd::Rejudge { dirs } => {
+            let mut failed = 0;
+            let mut m = tcpvigil_lab::fuzzjudge::Matrix::default();
+            let mut res = Ok(());
+            for d in &dirs {
+                match fuzz::rejudge(d) {
+                    Ok((plan, v)) => {
+                        m.add(&v.cells);
+                        let ok = v.failures.is_empty();
+                        failed += usize::from(!ok);
+                        println!(
+                            "seed {} run {}: {} -> {}",
+                            plan.seed,
+                            plan.run,
+                            plan.describe(),
+                            if ok { "pass" } else { "FAIL" }
+                        );
+                        for f in &v.failures {
+                            println!("  {f}");
+                        }
+                    }
+                    Err(e) => res = Err((2, anyhow::anyhow!("{}: {e}", d.display()))),
+                }
+            }
+            println!("\n{}", m.render());
+            res.map(|_| if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Cmd::Stalls { pcap, sender } => match tcpvigil_lab::pcap::read(&pcap) {
+            Err(e) => Err((2, e.into())),
+            Ok(segs) => {
+                for f in tcpvigil_lab::stalls::flows(&segs, |ip| sender.contains(ip), 64 * 1024) {
+                    println!(
+                        "{} -> {}: {} bytes acked, mss {}, {:.3}..{:.3}",
+                        f.local, f.remote, f.bytes_acked, f.mss, f.first, f.last
+                    );
+                    for s in &f.stalls {
+                        println!(
+                            "  {:<11} {:<14} {:>7.3} s from +{:.3} (threshold {:.3} s, {:?}, {} retransmissions)",
+                            s.owner.as_str(),
+                            s.cause,
+                            s.duration(),
+                            s.start - f.first,
+                            s.threshold_s,
+                            s.level,
+                            s.retransmissions
+                        );
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Cmd::Down { all } => {
             if !lab::is_root() {
                 Err((2, anyhow::anyhow!("lab down needs root")))

@@ -262,9 +262,12 @@ pub fn ss_sample_here(host: &str) -> Result<SsSample> {
 /// Starts tcpdump on `dev` in `ns`, writing headers (first 128 bytes) of TCP packets to `file`.
 pub fn start_capture(ns: &str, dev: &str, file: &Path) -> Result<Child> {
     let f = file.to_string_lossy();
-    let child = cmd::command_in(ns, &["tcpdump", "-i", dev, "-n", "-s", "128", "-B", "8192", "-w", &f, "tcp"])
+    // tcpdump's own report ("N packets dropped by kernel") goes next to the capture.
+    let log = std::fs::File::create(file.with_extension("log"))
+        .map_err(|e| LabError::io(format!("create {}", file.with_extension("log").display()), e))?;
+    let child = cmd::command_in(ns, &["tcpdump", "-i", dev, "-n", "-s", "128", "-B", "32768", "-w", &f, "tcp"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(log)
         .spawn()
         .map_err(|e| LabError::Command { cmd: "tcpdump".into(), detail: e.to_string() })?;
     // tcpdump needs a moment to open the interface before traffic starts.

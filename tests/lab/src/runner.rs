@@ -1,11 +1,12 @@
 //! Running a scenario: lab up, hooks, traffic with timed events, observation, truth.json.
+use crate::apps;
 use crate::clock::Stamp;
 use crate::error::{LabError, Result};
 use crate::lab::Lab;
 use crate::observe::{self, SsSample};
 use crate::path::Dir;
 use crate::plain;
-use crate::scenario::{Event, Scenario};
+use crate::scenario::{Event, Scenario, Side};
 use crate::traffic::{self, Traffic};
 use crate::truth::{jain, Injection, Summary, Truth};
 use serde_json::json;
@@ -14,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// iperf3 flows, the plain pair's result, the applications' result.
+type Outcome = (Vec<traffic::FlowResult>, Option<plain::PlainResult>, Option<apps::AppResult>);
 
 /// How far ahead of the launch the traffic start is set (see `Scenario::run`).
 const TRAFFIC_LEAD_MS: u64 = 150;
@@ -141,7 +145,11 @@ impl Scenario {
         }
         let servers = match &self.traffic {
             Traffic::Iperf { flows, .. } => Some(traffic::start_servers(lab, flows)?),
-            Traffic::Plain(_) => None,
+            _ => None,
+        };
+        let mut app_servers = match &self.traffic {
+            Traffic::App(a) => Some(apps::start(lab, a, run_dir)?),
+            _ => None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let samples: Mutex<Vec<SsSample>> = Mutex::new(Vec::new());
@@ -154,7 +162,7 @@ impl Scenario {
         let traffic_start = Stamp::ahead(lead);
         progress(opts.progress, &format!("{}: traffic for up to {:.0} s", self.name, self.traffic.max_seconds()));
         let lab_ref: &Lab = lab;
-        let outcome = std::thread::scope(|scope| -> Result<(Vec<traffic::FlowResult>, Option<plain::PlainResult>)> {
+        let outcome = std::thread::scope(|scope| -> Result<Outcome> {
             // One sampler thread per sender, inside its namespace, so `ss` runs without `ip netns exec`.
             for (i, h) in lab_ref.senders().iter().enumerate() {
                 let (stop_s, samples_ref, interval) = (stop.clone(), &samples, opts.ss_interval_ms);
@@ -196,7 +204,8 @@ impl Scenario {
             });
             let res = match &self.traffic {
                 Traffic::Iperf { flows, duration_s, bytes, cc } => {
-                    traffic::run_iperf(lab_ref, flows, *duration_s, *bytes, cc.as_deref(), t0, &STOP).map(|f| (f, None))
+                    traffic::run_iperf(lab_ref, flows, *duration_s, *bytes, cc.as_deref(), t0, &STOP)
+                        .map(|f| (f, None, None))
                 }
                 Traffic::Plain(spec) => {
                     let plain_stop = Arc::new(AtomicBool::new(false));
@@ -213,21 +222,26 @@ impl Scenario {
                     let r = plain::run_plain(lab_ref, spec, plain_stop.clone());
                     plain_stop.store(true, Ordering::Relaxed);
                     let _ = watcher.join();
-                    r.map(|p| (Vec::new(), Some(p)))
+                    r.map(|p| (Vec::new(), Some(p), None))
                 }
+                Traffic::App(a) => match app_servers.as_mut() {
+                    Some(sv) => apps::run(lab_ref, a, sv, run_dir, t0, &STOP).map(|r| (Vec::new(), None, Some(r))),
+                    None => Err(LabError::Missing("application servers".into())),
+                },
             };
             stop.store(true, Ordering::Relaxed);
             res
         });
         let traffic_end = Stamp::now();
         drop(servers);
+        drop(app_servers);
         for mut c in captures {
             crate::cmd::interrupt_and_wait(&mut c, Duration::from_secs(3));
         }
         if STOP.load(Ordering::Relaxed) {
             return Err(LabError::Interrupted);
         }
-        let (flows, plain_res) = outcome?;
+        let (flows, plain_res, app_res) = outcome?;
         progress(opts.progress, &format!("{}: collecting counters", self.name));
         let mut nstat = BTreeMap::new();
         for (role, ns) in &roles {
@@ -243,6 +257,17 @@ impl Scenario {
                     kind: "zero-window".into(),
                     dir: "receiver".into(),
                     detail: json!({"what": "receiver stopped reading"}),
+                    start: s,
+                    end: Some(e),
+                });
+            }
+        }
+        if let Some(a) = &app_res {
+            if let (Some(s), Some(e)) = (a.pause_start, a.pause_end) {
+                injections.push(Injection {
+                    kind: "zero-window".into(),
+                    dir: "receiver".into(),
+                    detail: json!({"what": "the receiving application stopped reading"}),
                     start: s,
                     end: Some(e),
                 });
@@ -272,6 +297,7 @@ impl Scenario {
             injections,
             flows,
             plain: plain_res,
+            apps: app_res,
             nstat,
             ss_samples,
             nft_counters,
@@ -292,39 +318,105 @@ impl Scenario {
     }
 }
 
+/// The traffic applications' processes in namespace `ns` (the lab's own tcpdump is never one).
+fn app_pids(ns: &str) -> Vec<i32> {
+    let out = crate::cmd::run(&["ip", "netns", "pids", ns]).unwrap_or_default();
+    out.split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            let c = comm.trim();
+            c == "iperf3" || c == "curl" || c.starts_with("python")
+        })
+        .collect()
+}
+
+fn signal_all(pids: &[i32], sig: nix::sys::signal::Signal) {
+    for p in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), sig);
+    }
+}
+
+fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
+    while Instant::now() < at {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep((at - Instant::now()).min(Duration::from_millis(2)));
+    }
+    true
+}
+
+/// Runs every event on its own thread (they may overlap), logging each as an injection.
 fn run_events(lab: &Lab, events: &[Event], t0: Instant, stop: &AtomicBool, log: &Mutex<Vec<Injection>>) {
-    for ev in events {
-        let Event::Outage { at_s, for_s, dir, receiver } = *ev;
-        let at = t0 + Duration::from_secs_f64(at_s);
-        while Instant::now() < at {
-            if stop.load(Ordering::Relaxed) {
+    std::thread::scope(|scope| {
+        for ev in events {
+            scope.spawn(move || run_event(lab, ev, t0, stop, log));
+        }
+    });
+}
+
+fn run_event(lab: &Lab, ev: &Event, t0: Instant, stop: &AtomicBool, log: &Mutex<Vec<Injection>>) {
+    match *ev {
+        Event::Outage { at_s, for_s, dir, receiver } => {
+            let at = t0 + Duration::from_secs_f64(at_s);
+            if !wait_until(at, stop) {
                 return;
             }
-            std::thread::sleep((at - Instant::now()).min(Duration::from_millis(2)));
+            let requested = Stamp::now();
+            let only = receiver.and_then(|j| lab.receivers().get(j)).map(|h| h.addr);
+            let Ok(h) = lab.path().outage_begin(dir, only) else { return };
+            let start = Stamp::now();
+            wait_until(at + Duration::from_secs_f64(for_s), stop);
+            let end = Stamp::now();
+            let _ = lab.path().outage_end(h);
+            let confirmed = Stamp::now();
+            let d = match dir {
+                Some(Dir::Forward) => "forward",
+                Some(Dir::Reverse) => "reverse",
+                None => "both",
+            };
+            if let Ok(mut v) = log.lock() {
+                v.push(Injection { kind: "outage".into(), dir: d.into(), detail: json!({
+                    "at_s": at_s, "for_s": for_s, "what": "nft drop rule in the router's forward chain",
+                    "receiver": only.map(|a| a.to_string()),
+                    "note": "the rule is certainly in force from start to end; its true edges lie within [begin_requested, start] and [end, end_confirmed]",
+                    "begin_requested": requested, "end_confirmed": confirmed,
+                }), start, end: Some(end) });
+            }
         }
-        let requested = Stamp::now();
-        let only = receiver.and_then(|j| lab.receivers().get(j)).map(|h| h.addr);
-        let Ok(h) = lab.path().outage_begin(dir, only) else { continue };
-        let start = Stamp::now();
-        let until = at + Duration::from_secs_f64(for_s);
-        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(2)));
-        }
-        let end = Stamp::now();
-        let _ = lab.path().outage_end(h);
-        let confirmed = Stamp::now();
-        let d = match dir {
-            Some(Dir::Forward) => "forward",
-            Some(Dir::Reverse) => "reverse",
-            None => "both",
-        };
-        if let Ok(mut v) = log.lock() {
-            v.push(Injection { kind: "outage".into(), dir: d.into(), detail: json!({
-                "at_s": at_s, "for_s": for_s, "what": "nft drop rule in the router's forward chain",
-                "receiver": only.map(|a| a.to_string()),
-                "note": "the rule is certainly in force from start to end; its true edges lie within [begin_requested, start] and [end, end_confirmed]",
-                "begin_requested": requested, "end_confirmed": confirmed,
-            }), start, end: Some(end) });
+        Event::AppPause { at_s, for_s, side } => {
+            let at = t0 + Duration::from_secs_f64(at_s);
+            if !wait_until(at, stop) {
+                return;
+            }
+            let hosts = match side {
+                Side::Sender => lab.senders(),
+                Side::Receiver => lab.receivers(),
+            };
+            let pids: Vec<i32> = hosts.iter().flat_map(|h| app_pids(&h.netns)).collect();
+            signal_all(&pids, nix::sys::signal::Signal::SIGSTOP);
+            let start = Stamp::now();
+            // Resumed even when the run is stopped early, so the processes can exit.
+            let until = at + Duration::from_secs_f64(for_s);
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep((until - Instant::now()).min(Duration::from_millis(2)));
+            }
+            let end = Stamp::now();
+            signal_all(&pids, nix::sys::signal::Signal::SIGCONT);
+            let d = match side {
+                Side::Sender => "sender",
+                Side::Receiver => "receiver",
+            };
+            if let Ok(mut v) = log.lock() {
+                v.push(Injection {
+                    kind: "app-pause".into(),
+                    dir: d.into(),
+                    detail: json!({"at_s": at_s, "for_s": for_s, "pids": pids, "what": "SIGSTOP .. SIGCONT of the traffic applications"}),
+                    start,
+                    end: Some(end),
+                });
+            }
         }
     }
 }
@@ -363,11 +455,12 @@ fn static_injections(sc: &Scenario, lab: &Lab, end: Stamp) -> Vec<Injection> {
 }
 
 fn summarize(sc: &Scenario, t: &Truth) -> Summary {
-    let flow_goodput_mbit: Vec<f64> = match &t.plain {
-        Some(p) => vec![p.goodput_mbit],
-        None => t.flows.iter().map(|f| f.goodput_mbit.unwrap_or(0.0)).collect(),
+    let flow_goodput_mbit: Vec<f64> = match (&t.plain, &t.apps) {
+        (Some(p), _) => vec![p.goodput_mbit],
+        (_, Some(a)) => vec![a.goodput_mbit],
+        _ => t.flows.iter().map(|f| f.goodput_mbit.unwrap_or(0.0)).collect(),
     };
-    let stream_goodput_mbit: Vec<f64> = if t.plain.is_some() {
+    let stream_goodput_mbit: Vec<f64> = if t.plain.is_some() || t.apps.is_some() {
         flow_goodput_mbit.clone()
     } else {
         t.flows.iter().flat_map(|f| f.stream_goodput_mbit.iter().copied()).collect()

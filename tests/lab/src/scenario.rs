@@ -21,6 +21,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         receiver: Option<usize>,
     },
+    /// Freeze (SIGSTOP) the traffic applications (iperf3, python3, curl) of one side from `at_s` for
+    /// `for_s` seconds: a sending application that stops writing, a receiving one that stops reading.
+    AppPause { at_s: f64, for_s: f64, side: Side },
+}
+
+/// Which end hosts an application pause freezes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Sender,
+    Receiver,
 }
 
 /// A named, reproducible situation with the diagnosis the agent should make.
@@ -211,9 +222,11 @@ impl Scenario {
             self.events.push(Event::Outage { at_s: at, for_s: k.outage_for.unwrap_or(2.5), dir: None, receiver: None });
         } else if let Some(f) = k.outage_for {
             let mut found = false;
-            for Event::Outage { for_s, .. } in self.events.iter_mut() {
-                *for_s = f;
-                found = true;
+            for e in self.events.iter_mut() {
+                if let Event::Outage { for_s, .. } = e {
+                    *for_s = f;
+                    found = true;
+                }
             }
             if !found {
                 return Err(LabError::Invalid("--outage-for needs --outage-at (this scenario has no outage)".into()));
@@ -234,6 +247,22 @@ impl Scenario {
                     return Err(LabError::Invalid(
                         "--pause-at/--pause-for only apply to the plain pair (zero-window)".into(),
                     ));
+                }
+            }
+            Traffic::App(a) => {
+                if let Some(d) = k.duration {
+                    a.duration_s = f64::from(d);
+                }
+                if let Some(b) = k.bytes {
+                    a.bytes = Some(b);
+                }
+                if let Some(n) = k.streams {
+                    a.streams = n;
+                }
+                if k.pause_at.is_some() || k.pause_for.is_some() {
+                    let old = a.recv_pause.unwrap_or(Pause { at_s: 2.0, for_s: 3.0 });
+                    a.recv_pause =
+                        Some(Pause { at_s: k.pause_at.unwrap_or(old.at_s), for_s: k.pause_for.unwrap_or(old.for_s) });
                 }
             }
             Traffic::Plain(pl) => {

@@ -34,6 +34,8 @@ pub enum Traffic {
     },
     /// The lab's own sender/receiver pair (the receiver can stop reading for a while).
     Plain(PlainSpec),
+    /// Real applications: the python socket pair or curl against python's http.server.
+    App(crate::apps::AppSpec),
 }
 
 impl Traffic {
@@ -44,6 +46,7 @@ impl Traffic {
                 duration_s + flows.iter().map(|f| f.start_offset_ms / 1000.0).fold(0.0, f64::max)
             }
             Traffic::Plain(p) => p.duration_s,
+            Traffic::App(a) => a.duration_s,
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct Truth {
     pub injections: Vec<Injection>,
     pub flows: Vec<FlowResult>,
     pub plain: Option<PlainResult>,
+    /// The applications' result (socket pair, http download).
+    #[serde(default)]
+    pub apps: Option<crate::apps::AppResult>,
     /// nstat deltas per namespace role (router, s0.., r0..): counters that changed.
     pub nstat: BTreeMap<String, BTreeMap<String, i64>>,
     pub ss_samples: Vec<SsSample>,

@@ -1,0 +1,526 @@
+//! Ground-truth stalls from a capture at the sender: when delivery (cumulative ACK or SACK) stood still, with what in flight and what window.
+use crate::pcap::{Seg, ACK, FIN, RST, SYN};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// Whose stall it was, by what the capture shows the sender held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Owner {
+    /// Data outstanding and nothing delivered.
+    Network,
+    /// Nothing in flight, the receiver's window below one MSS.
+    Receiver,
+    /// Nothing in flight, the window open: the sending application had nothing to send (not a stop).
+    Application,
+}
+
+impl Owner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::Network => "network",
+            Owner::Receiver => "receiver",
+            Owner::Application => "application",
+        }
+    }
+}
+
+/// How sure the truth is that the daemon must report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Longer than 1.3 x the stop threshold + 100 ms on a connection past 2 MiB: must be found.
+    Must,
+    /// Longer than 0.6 x the threshold: a report is allowed (its owner is still judged).
+    Maybe,
+}
+
+/// One interval without delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    pub owner: Owner,
+    /// network: `retransmitting` (the sender resent inside it) or `no_ack`; receiver: `zero_window` or
+    /// `small_window`; application: `idle`.
+    pub cause: String,
+    /// Unix seconds: the last delivery before it (or the send that put data in flight after an idle).
+    pub start: f64,
+    /// Unix seconds: the next delivery (network), the window opening (receiver), the next send (application).
+    pub end: f64,
+    /// The sender's smoothed RTT estimated from the capture at its start, and the stop threshold
+    /// max(2 srtt + 100 ms, 150 ms) from it.
+    pub srtt_s: f64,
+    pub threshold_s: f64,
+    /// Bytes acknowledged before it.
+    pub acked_before: u64,
+    pub retransmissions: u32,
+    pub level: Level,
+    /// The capture missed packets inside it (an ACK for data it never saw, or the sender sending
+    /// past the window it last saw opened): the truth cannot tell, nothing is judged on it.
+    #[serde(default)]
+    pub capture_gap: bool,
+    /// Still going when the capture ended: its true end is unknown (not judged).
+    #[serde(default)]
+    pub cut: bool,
+}
+
+impl Stall {
+    pub fn duration(&self) -> f64 {
+        self.end - self.start
+    }
+}
+
+/// One connection's truth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowTruth {
+    /// The sender's end (the side whose address is a lab sender).
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub first: f64,
+    pub last: f64,
+    pub bytes_acked: u64,
+    pub mss: u32,
+    pub saw_syn: bool,
+    pub stalls: Vec<Stall>,
+}
+
+impl FlowTruth {
+    /// Network or receiver stalls (application idles are never stops).
+    pub fn had_stop(&self) -> bool {
+        self.stalls.iter().any(|s| s.owner != Owner::Application)
+    }
+}
+
+/// Unwraps a 32-bit sequence offset to the 64-bit value nearest `near`.
+fn unwrap(x: u32, near: u64) -> u64 {
+    let base = near & !0xffff_ffff;
+    let c = base | u64::from(x);
+    let cands = [c.wrapping_sub(1 << 32), c, c + (1 << 32)];
+    cands.into_iter().filter(|v| *v < (1 << 62)).min_by_key(|v| v.abs_diff(near)).unwrap_or(c)
+}
+
+#[derive(Default)]
+struct Flow {
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+    isn: Option<u32>,
+    syn: bool,
+    local_ws: Option<u8>,
+    remote_ws: Option<u8>,
+    mss: u32,
+    max_payload: u32,
+    una: u64,
+    max: u64,
+    sack_hi: u64,
+    rwnd: u64,
+    first: f64,
+    last: f64,
+    srtt: Option<f64>,
+    pending: Vec<(u64, f64)>,
+    /// Open wait: (start, in_flight, window at start, retransmissions, acked before).
+    wait: Option<(f64, bool, u64, u32, u64)>,
+    /// When the window reached one MSS inside an idle wait.
+    opened: Option<f64>,
+    /// A reset ended the connection: what was open then is no stall (an aborted transfer).
+    reset: bool,
+    /// The open wait saw a capture gap.
+    gap: bool,
+    raw: Vec<(f64, f64, bool, u64, u32, u64, Option<f64>, f64, bool)>,
+}
+
+impl Flow {
+    fn mss(&self) -> u64 {
+        u64::from(if self.max_payload > 0 { self.max_payload } else { self.mss.max(536) })
+    }
+
+    fn close(&mut self, t: f64) {
+        if let Some((s, flight, win, retx, acked)) = self.wait.take() {
+            let srtt = self.srtt.unwrap_or(0.1);
+            self.raw.push((s, t, flight, win, retx, acked, self.opened.take(), srtt, self.gap));
+        }
+        self.opened = None;
+        self.gap = false;
+    }
+
+    fn local_seg(&mut self, s: &Seg) {
+        if s.flags & SYN != 0 {
+            self.isn = Some(s.seq);
+            self.syn = true;
+            self.local_ws = s.wscale;
+            self.una = 1;
+            self.max = 1;
+            self.sack_hi = 1;
+            return;
+        }
+        let isn = *self.isn.get_or_insert(s.seq.wrapping_sub(1));
+        let rel = unwrap(s.seq.wrapping_sub(isn), self.max);
+        let end = rel + u64::from(s.len) + u64::from(s.flags & FIN != 0);
+        if s.len == 0 && s.flags & FIN == 0 {
+            return; // pure ACKs and window probes (seq = una - 1) put nothing in flight
+        }
+        self.max_payload = self.max_payload.max(s.len);
+        if let Some((_, true, win, _, acked)) = self.wait {
+            if end > acked + 1 + win + 2 * self.mss() {
+                self.gap = true; // sending past the window last seen: ACKs went uncaptured
+            }
+        }
+        if end > self.max {
+            if self.max <= self.una {
+                // New data after an idle: the idle ends, a wait for its delivery begins.
+                self.close(s.t);
+                self.wait = Some((s.t, true, self.rwnd, 0, self.una - 1));
+            }
+            self.max = end;
+            self.pending.push((end, s.t));
+        } else if end > self.una {
+            self.pending.clear(); // Karn: no RTT sample across a retransmission
+            if let Some(w) = self.wait.as_mut() {
+                w.3 += 1;
+            }
+        }
+    }
+
+    fn remote_seg(&mut self, s: &Seg) {
+        if s.flags & SYN != 0 {
+            self.remote_ws = s.wscale;
+            self.mss = u32::from(s.mss.unwrap_or(536)).saturating_sub(12);
+            self.rwnd = u64::from(s.win);
+            return;
+        }
+        let Some(isn) = self.isn else { return };
+        if s.flags & ACK == 0 {
+            return;
+        }
+        let scale = match (self.local_ws, self.remote_ws) {
+            (Some(_), Some(r)) => r,
+            _ => 0,
+        };
+        self.rwnd = u64::from(s.win) << scale;
+        let a = unwrap(s.ack.wrapping_sub(isn), self.una);
+        if a > self.max && a < self.max + (1 << 30) {
+            // An ACK for data the capture never saw: data segments went uncaptured.
+            self.gap = true;
+            self.max = a;
+        }
+        let a = a.min(self.max.max(1));
+        let hi = s.sack.iter().map(|b| unwrap(b.1.wrapping_sub(isn), self.una)).max().unwrap_or(0).min(self.max);
+        // Delivery is the cumulative ACK advancing, as the daemon counts it (bytes_acked) and as
+        // issue 11 defines the truth: SACKed data behind a hole is not delivered to the receiver
+        // application (seed 1 run 3: a 0.2 s hole repaired with SACKs flowing is a short network stall).
+        let progress = a > self.una;
+        if a > self.una {
+            if let Some(&(_, sent)) = self.pending.iter().rev().find(|(e, _)| *e <= a) {
+                let r = (s.t - sent).max(0.0);
+                self.srtt = Some(self.srtt.map(|x| 0.875 * x + 0.125 * r).unwrap_or(r));
+            }
+            self.pending.retain(|(e, _)| *e > a);
+            self.una = a;
+        }
+        self.sack_hi = self.sack_hi.max(hi).max(self.una);
+        if progress {
+            self.close(s.t);
+            let flight = self.max > self.una;
+            self.wait = Some((s.t, flight, self.rwnd, 0, self.una.saturating_sub(1)));
+        } else if let Some((_, false, ..)) = self.wait {
+            if self.opened.is_none() && self.rwnd >= self.mss() {
+                self.opened = Some(s.t);
+            }
+        }
+    }
+}
+
+fn threshold(srtt: f64) -> f64 {
+    (2.0 * srtt + 0.1).max(0.15)
+}
+
+fn classify(f: &Flow) -> Vec<Stall> {
+    let mss = f.mss();
+    let mut out = Vec::new();
+    for &(start, end, flight, win, retx, acked, opened, srtt, gap) in &f.raw {
+        let th = threshold(srtt);
+        let mut push = |owner: Owner, cause: &str, s: f64, e: f64| {
+            let d = e - s;
+            if d < 0.6 * th {
+                return;
+            }
+            // Two network stalls parted by less than max(2 srtt, 100 ms) of delivery are one: delivery
+            // has not resumed (the daemon ends a stop only after that long healthy), e.g. a backed-off
+            // retransmission acknowledged after an outage, then the next timeout (seed 1 runs 13, 17).
+            let resumed = (2.0 * srtt).max(0.1);
+            if let Some(last) = out
+                .last_mut()
+                .filter(|l: &&mut Stall| l.owner == Owner::Network && owner == Owner::Network && s - l.end < resumed)
+            {
+                last.end = e;
+                last.retransmissions += retx;
+                last.capture_gap |= gap;
+                if last.retransmissions > 0 {
+                    last.cause = "retransmitting".into();
+                }
+                if last.duration() >= 1.3 * last.threshold_s + 0.1 && last.acked_before >= 2 << 20 {
+                    last.level = Level::Must;
+                }
+                return;
+            }
+            let must = owner == Owner::Network && d >= 1.3 * th + 0.1 && acked >= 2 << 20;
+            out.push(Stall {
+                owner,
+                cause: cause.into(),
+                start: s,
+                end: e,
+                srtt_s: srtt,
+                threshold_s: th,
+                acked_before: acked,
+                retransmissions: retx,
+                level: if must { Level::Must } else { Level::Maybe },
+                capture_gap: gap,
+                cut: false,
+            });
+        };
+        if flight {
+            push(Owner::Network, if retx > 0 { "retransmitting" } else { "no_ack" }, start, end);
+        } else if win < mss {
+            let open = opened.unwrap_or(end).min(end);
+            push(Owner::Receiver, if win == 0 { "zero_window" } else { "small_window" }, start, open);
+            push(Owner::Application, "idle", open, end);
+        } else {
+            push(Owner::Application, "idle", start, end);
+        }
+    }
+    out
+}
+
+/// The truth of every connection in `segs` whose one end `is_sender` says is a lab sender; only
+/// connections that delivered at least `min_bytes`. A wait still open when the capture ends is
+/// cut there if data was in flight (a network stall at the end), dropped if nothing was (the end of a
+/// transfer is no stall).
+pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) -> Vec<FlowTruth> {
+    let mut map: BTreeMap<(SocketAddr, SocketAddr), Flow> = BTreeMap::new();
+    let mut order: Vec<&Seg> = segs.iter().collect();
+    order.sort_by(|a, b| a.t.total_cmp(&b.t));
+    for s in order {
+        let local_side = is_sender(&s.src.ip());
+        let (l, r) = if local_side { (s.src, s.dst) } else { (s.dst, s.src) };
+        if !local_side && !is_sender(&s.dst.ip()) {
+            continue;
+        }
+        let f = map.entry((l, r)).or_default();
+        if f.local.is_none() {
+            f.local = Some(l);
+            f.remote = Some(r);
+            f.first = s.t;
+        }
+        f.last = s.t;
+        if f.reset {
+            continue;
+        }
+        if s.flags & RST != 0 {
+            f.reset = true;
+            f.wait = None;
+            continue;
+        }
+        if local_side {
+            f.local_seg(s);
+        } else {
+            f.remote_seg(s);
+        }
+    }
+    let cap_end = segs.iter().map(|s| s.t).fold(f64::MIN, f64::max);
+    let mut out = Vec::new();
+    for (_, mut f) in map {
+        let acked = f.una.saturating_sub(1);
+        if acked < min_bytes {
+            continue;
+        }
+        // A network wait still open when the capture ends lasts at least until then (the sender's
+        // backed-off retries may be seconds apart: its last packet is no end; seed 1 run 47).
+        let open = matches!(f.wait, Some((_, true, ..)));
+        if open {
+            f.close(cap_end);
+        }
+        let mut stalls = classify(&f);
+        if open {
+            if let Some(s) = stalls.last_mut().filter(|s| s.owner == Owner::Network && s.end == cap_end) {
+                s.cut = true;
+            }
+        }
+        out.push(FlowTruth {
+            local: f.local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            remote: f.remote.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            first: f.first,
+            last: f.last,
+            bytes_acked: acked,
+            mss: f.mss() as u32,
+            saw_syn: f.syn,
+            stalls,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: &str = "10.71.1.2:40000";
+    const R: &str = "10.72.1.2:5201";
+
+    fn seg(t: f64, from_local: bool, seq: u32, ack: u32, flags: u8, win: u16, len: u32) -> Seg {
+        let (l, r): (SocketAddr, SocketAddr) = (L.parse().unwrap(), R.parse().unwrap());
+        let (src, dst) = if from_local { (l, r) } else { (r, l) };
+        Seg { t, src, dst, seq, ack, flags, win, len, mss: None, wscale: None, sack: vec![] }
+    }
+
+    /// A handshake (window scale 7 both ways, MSS 1460) and 4 MiB sent and acked in 10 ms steps
+    /// from t = 0 at 1 MB per step; returns the segments and the next free sequence offset.
+    fn bulk(until: f64) -> (Vec<Seg>, u32, f64) {
+        let mut v = vec![];
+        let mut syn = seg(0.0, true, 999, 0, SYN, 64240, 0);
+        syn.wscale = Some(7);
+        let mut synack = seg(0.01, false, 5000, 1000, SYN | ACK, 64240, 0);
+        synack.wscale = Some(7);
+        synack.mss = Some(1460);
+        v.push(syn);
+        v.push(synack);
+        let mut off = 1u32;
+        let mut t = 0.02;
+        while t < until {
+            for _ in 0..100 {
+                v.push(seg(t, true, 999 + off, 5001, ACK, 1000, 1448));
+                off += 1448;
+            }
+            v.push(seg(t + 0.01, false, 5001, 999 + off, ACK, 4000, 0)); // 4000 << 7 = 512 kB
+            t += 0.01;
+        }
+        (v, off, t)
+    }
+
+    fn is_sender(ip: &IpAddr) -> bool {
+        ip.to_string().starts_with("10.71.")
+    }
+
+    #[test]
+    fn a_steady_transfer_has_no_stall_and_its_end_is_none() {
+        let (mut v, off, t) = bulk(1.0);
+        v.push(seg(t + 0.01, true, 999 + off, 5001, FIN | ACK, 1000, 0));
+        v.push(seg(t + 0.02, false, 5001, 1000 + off, FIN | ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].bytes_acked, u64::from(off)); // the FIN's sequence number included
+        assert!(f[0].stalls.is_empty(), "{:?}", f[0].stalls);
+        assert!(!f[0].had_stop());
+        assert_eq!(f[0].mss, 1448);
+    }
+
+    #[test]
+    fn data_in_flight_without_delivery_is_a_network_stall() {
+        let (mut v, off, t) = bulk(1.0);
+        // 50 segments sent, then nothing acked for 2 s while the sender retransmits once.
+        for i in 0..50 {
+            v.push(seg(t, true, 999 + off + i * 1448, 5001, ACK, 1000, 1448));
+        }
+        v.push(seg(t + 0.5, true, 999 + off, 5001, ACK, 1000, 1448));
+        // One retransmission acknowledged at 1.2 s, two more 50 ms later, then silence again: one stall.
+        v.push(seg(t + 1.2, false, 5001, 999 + off + 1448, ACK, 4000, 0));
+        v.push(seg(t + 1.25, false, 5001, 999 + off + 2 * 1448, ACK, 4000, 0));
+        v.push(seg(t + 1.25, false, 5001, 999 + off + 3 * 1448, ACK, 4000, 0));
+        v.push(seg(t + 2.0, false, 5001, 999 + off + 50 * 1448, ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].owner, Owner::Network);
+        assert_eq!(s[0].cause, "retransmitting");
+        assert_eq!(s[0].level, Level::Must);
+        assert!((s[0].start - t).abs() < 1e-9, "{}", s[0].start);
+        assert!((s[0].end - (t + 2.0)).abs() < 1e-9);
+        assert!(f[0].had_stop());
+    }
+
+    #[test]
+    fn a_closed_window_with_nothing_in_flight_is_the_receiver_and_a_hole_under_sacks_is_the_network() {
+        let (mut v, off, t) = bulk(1.0);
+        // Ten more segments, acked with a zero window; probes get zero-window answers; 3 s later it opens.
+        for i in 0..10 {
+            v.push(seg(t, true, 999 + off + i * 1448, 5001, ACK, 1000, 1448));
+        }
+        let base = 999 + off + 10 * 1448;
+        v.push(seg(t + 0.01, false, 5001, base, ACK, 0, 0));
+        v.push(seg(t + 0.5, true, base - 1, 5001, ACK, 1000, 0));
+        v.push(seg(t + 0.51, false, 5001, base, ACK, 0, 0));
+        v.push(seg(t + 3.0, false, 5001, base, ACK, 4000, 0));
+        v.push(seg(t + 3.0, true, base, 5001, ACK, 1000, 1448));
+        // Then a hole: a SACK keeps delivering for 1 s although the cumulative ACK stands still.
+        let mut u = t + 3.01;
+        for i in 1..100u32 {
+            v.push(seg(u, true, base + i * 1448, 5001, ACK, 1000, 1448));
+            let mut a = seg(u + 0.01, false, 5001, base, ACK, 4000, 0);
+            a.sack = vec![(base + 1448, base + (i + 1) * 1448)];
+            v.push(a);
+            u += 0.01;
+        }
+        v.push(seg(u + 0.01, false, 5001, base + 100 * 1448, ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!((s[0].owner, s[0].cause.as_str()), (Owner::Receiver, "zero_window"));
+        assert!((s[0].start - (t + 0.01)).abs() < 1e-9 && (s[0].end - (t + 3.0)).abs() < 1e-9);
+        assert_eq!((s[1].owner, s[1].level), (Owner::Network, Level::Must));
+        assert!((s[1].start - (t + 3.0)).abs() < 1e-9 && (s[1].end - (u + 0.01)).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn an_application_pause_is_idle_and_a_short_wait_is_nothing() {
+        let (mut v, off, t) = bulk(1.0);
+        let base = 999 + off;
+        v.push(seg(t + 2.0, true, base, 5001, ACK, 1000, 1448)); // 2 s later the application writes again
+        v.push(seg(t + 2.05, false, 5001, base + 1448, ACK, 4000, 0)); // acked after 50 ms: no stall
+                                                                       // A transfer aborted with data in flight: the wait open at the reset is no stall.
+        v.push(seg(t + 2.06, true, base + 1448, 5001, ACK, 1000, 1448));
+        v.push(seg(t + 5.0, false, 5001, 0, RST, 0, 0));
+        v.push(seg(t + 9.0, true, base + 1448, 5001, ACK, 1000, 1448));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].owner, s[0].cause.as_str()), (Owner::Application, "idle"));
+        assert!(!f[0].had_stop());
+        // Too small a connection is left out.
+        assert!(flows(&v, is_sender, 100 << 20).is_empty());
+    }
+
+    #[test]
+    fn an_ack_for_uncaptured_data_marks_the_wait_it_ends_as_a_capture_gap() {
+        let (mut v, off, t) = bulk(1.0);
+        // 30 segments captured, 2000 more sent but not captured; the ACK for all comes 0.5 s later.
+        for i in 0..30 {
+            v.push(seg(t, true, 999 + off + i * 1448, 5001, ACK, 1000, 1448));
+        }
+        v.push(seg(t + 0.01, false, 5001, 999 + off + 30 * 1448, ACK, 4000, 0));
+        v.push(seg(t + 0.5, false, 5001, 999 + off + 2030 * 1448, ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].capture_gap && s[0].owner == Owner::Application, "{s:?}");
+    }
+
+    #[test]
+    fn a_network_stall_open_when_the_capture_ends_lasts_until_then() {
+        let (mut v, off, t) = bulk(1.0);
+        v.push(seg(t, true, 999 + off, 5001, ACK, 1000, 1448));
+        v.push(seg(t + 0.5, true, 999 + off, 5001, ACK, 1000, 1448));
+        // Another connection's packet 3 s later: the capture went on.
+        let mut other = seg(t + 3.0, false, 1, 1, ACK, 1, 0);
+        other.src = "10.72.1.2:6000".parse().unwrap();
+        v.push(other);
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].cut && s[0].owner == Owner::Network && (s[0].end - (t + 3.0)).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn sequence_numbers_unwrap_across_2_pow_32() {
+        assert_eq!(unwrap(5, (1 << 32) - 10), (1 << 32) + 5);
+        assert_eq!(unwrap(u32::MAX - 1, (1 << 32) + 3), (1 << 32) - 2);
+        assert_eq!(unwrap(100, 50), 100);
+    }
+}
