@@ -112,6 +112,17 @@ fn check(t: &Truth) -> Result<(), String> {
             need(r0.iter().all(|&d| d == 0), format!("bytes acked to r0 during its outage: {r0:?}"))?;
             need(r1.iter().all(|&d| d > 0), format!("a connection to r1 stopped during r0's outage: {r1:?}"))
         }
+        "receiver-stall" | "receiver-stall-3s" => {
+            let a = t.apps.as_ref().ok_or("no application result")?;
+            need(a.errors.is_empty(), format!("application errors: {:?}", a.errors))?;
+            need(a.pause_start.is_some() && a.pause_end.is_some(), "the receiver did not pause".into())?;
+            need(t.receiver_counter("TcpExtTCPToZeroWindowAdv") >= 1, "no zero window advertised".into())
+        }
+        "http-download" => {
+            let a = t.apps.as_ref().ok_or("no application result")?;
+            need(a.errors.is_empty(), format!("application errors: {:?}", a.errors))?;
+            need(a.bytes.iter().sum::<u64>() == 300_000_000, format!("downloaded {:?} bytes", a.bytes))
+        }
         "zero-window" => need(t.receiver_counter("TcpExtTCPToZeroWindowAdv") >= 1, "no zero window advertised".into()),
         other => Err(format!("no check for scenario {other}")),
     }
