@@ -53,9 +53,6 @@ pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'
         Prog::RtoTimer => &s.tv_rto_timer,
         Prog::SetState => &s.tv_set_state,
         Prog::Destroy => &s.tv_destroy,
-        Prog::SendFentry => &s.tv_send_fentry,
-        Prog::SendTp => &s.tv_send_tp,
-        Prog::SendLen => &s.tv_send_len,
         Prog::Iter => &s.tv_iter,
     }
 }

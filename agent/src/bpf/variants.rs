@@ -21,13 +21,10 @@ pub enum Prog {
     RtoTimer,
     SetState,
     Destroy,
-    SendFentry,
-    SendTp,
-    SendLen,
     Iter,
 }
 
-pub const ALL: [Prog; 14] = [
+pub const ALL: [Prog; 11] = [
     Prog::TcpProbe,
     Prog::SacktagExit,
     Prog::RetransV2,
@@ -38,9 +35,6 @@ pub const ALL: [Prog; 14] = [
     Prog::RtoTimer,
     Prog::SetState,
     Prog::Destroy,
-    Prog::SendFentry,
-    Prog::SendTp,
-    Prog::SendLen,
     Prog::Iter,
 ];
 
@@ -58,9 +52,6 @@ impl Prog {
             Prog::RtoTimer => "fentry/tcp_retransmit_timer",
             Prog::SetState => "tp_btf/inet_sock_set_state",
             Prog::Destroy => "tp_btf/tcp_destroy_sock",
-            Prog::SendFentry => "fentry/tcp_sendmsg_locked",
-            Prog::SendTp => "tp_btf/tcp_sendmsg_locked",
-            Prog::SendLen => "tp_btf/sock_send_length",
             Prog::Iter => "iter/tcp",
         }
     }
@@ -83,9 +74,6 @@ impl Prog {
             Prog::RtoTimer => &mut p.tv_rto_timer,
             Prog::SetState => &mut p.tv_set_state,
             Prog::Destroy => &mut p.tv_destroy,
-            Prog::SendFentry => &mut p.tv_send_fentry,
-            Prog::SendTp => &mut p.tv_send_tp,
-            Prog::SendLen => &mut p.tv_send_len,
             Prog::Iter => &mut p.tv_iter,
         }
     }
@@ -163,8 +151,10 @@ pub const NEEDS: &[Need] = &[
         name: "owner",
         what: "process attribution (pid, comm, cgroup)",
         essential: false,
-        candidates: &[Prog::SendFentry, Prog::SendTp, Prog::SendLen],
-        otherwise: Some("uid from snapshots only"),
+        // No program of its own: read at connect()/listen() by the lifecycle hook and inherited by
+        // accepted sockets (state.h), so nothing runs per send.
+        candidates: &[],
+        otherwise: Some("tp_btf/inet_sock_set_state at connect()/listen(), inherited on accept"),
     },
     Need {
         name: "snapshot",

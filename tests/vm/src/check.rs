@@ -11,7 +11,6 @@ pub const TRAMPOLINE: &[(&str, &str)] = &[
     ("sack", "fexit/tcp_sacktag_write_queue"),
     ("lost_retrans", "fentry/tcp_mark_skb_lost"),
     ("rto", "fentry/tcp_retransmit_timer"),
-    ("owner", "fentry/tcp_sendmsg_locked"),
 ];
 
 pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
