@@ -45,7 +45,9 @@ static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __
 }
 
 /* Fallback RTO source (4.16+), attached at the cgroup-v2 root: RTO_CB runs in
- * tcp_write_timeout() for every retransmission timeout of a socket that asked for it.
+ * tcp_write_timeout() for every retransmission timeout of a socket that asked for it, right after
+ * the kernel counted it in TCPTimeouts (the zero-window branch never gets there): exact for sockets
+ * established while the agent ran; SYN timeouts (before the flags are set) are in the MIB only.
  * RETRANS_CB reports the retransmissions that failed in this host (see retrans.h). */
 SEC("sockops")
 int tv_sockops(struct bpf_sock_ops *skops)
@@ -84,12 +86,37 @@ int tv_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-/* Preferred RTO source where fentry loads: the timer handler itself. */
+/* Does this tcp_retransmit_timer() run count as a timeout (LINUX_MIB_TCPTIMEOUTS)? The kernel
+ * returns first for a Fast Open SYN-ACK (fastopen_rsk) and an empty queue, and does not count the
+ * zero-window branch: with snd_wnd 0 on a live socket past the handshake its retransmission is a
+ * window probe ("Receiver dastardly shrinks window"), which enters Loss without a timeout. Counting
+ * that branch made 4 RTOs where TCPTimeouts said 3 (6.1 and 6.18 tcp_timer.c have the same tests). */
+/* Before the flags moved into sock_common (skc_flags, 6.x), struct sock had sk_flags. */
+struct sock___sk_flags {
+	unsigned long sk_flags;
+} __attribute__((preserve_access_index));
+
+static __always_inline int tv_rto_counts(struct sock *sk, struct tcp_sock *tp)
+{
+	if (!tp->packets_out || BPF_CORE_READ(tp, fastopen_rsk))
+		return 0;
+	__u8 state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__u64 flags;
+	if (bpf_core_field_exists(sk->__sk_common.skc_flags))
+		flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+	else
+		flags = BPF_CORE_READ((struct sock___sk_flags *)sk, sk_flags);
+	int dead = (flags >> bpf_core_enum_value(enum sock_flags, SOCK_DEAD)) & 1;
+	int handshake = state == TCP_SYN_SENT || state == TCP_SYN_RECV;
+	return !(BPF_CORE_READ(tp, snd_wnd) == 0 && !dead && !handshake);
+}
+
+/* Preferred RTO source where fentry loads: the timer handler itself, counted as the kernel does. */
 SEC("fentry/tcp_retransmit_timer")
 int BPF_PROG(tv_rto_timer, struct sock *sk)
 {
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp || !tp->packets_out)
+	if (!tp || !tv_rto_counts(sk, tp))
 		return 0;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (st)
