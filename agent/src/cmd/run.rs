@@ -77,6 +77,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             return Ok(usage(format!("{e} (recorder.dir; or set recorder.enabled = false)")));
         }
     }
+    raise_nofile(tcpvigil::export::http::MAX_CONNS as u64 + 256);
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),
@@ -104,6 +105,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file, flight))
+}
+
+/// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
+/// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
+fn raise_nofile(want: u64) {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live, initialised rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < want {
+            l.rlim_cur = want.min(l.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                tracing::warn!("could not raise the open-file limit to {want}");
+            }
+        }
+    }
 }
 
 /// The flight recorder: histories in the daemon's task, dumps written by the sink's thread.

@@ -34,10 +34,14 @@ use super::webconfig::{WebConfig, WebConfigError};
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of `/metrics` for everyone else (curl, `promtool check metrics`).
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// Connections served at once; more wait in the kernel's accept queue.
-const MAX_CONNS: usize = 64;
+/// Connections served at once; more wait in the kernel's accept queue. Room for 500 idle
+/// (slowloris) connections beside a scraper (tests/robust_web.rs); each costs a task and a buffer
+/// of at most MAX_HEADER_BYTES. The daemon raises its open-file limit to fit (cmd/run.rs).
+pub const MAX_CONNS: usize = 1024;
 /// Time a client gets to finish the TLS handshake or send its request headers.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Request head size limit: larger heads get 431 (a scrape request is a few hundred bytes).
+const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// Time in-flight requests get to finish at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -145,7 +149,7 @@ impl HttpServer {
                     service_fn(move |req| handle(req, shared.clone(), web.clone()))
                 };
                 let mut http = hyper::server::conn::http1::Builder::new();
-                http.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT);
+                http.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
                 let result = match &web.tls {
                     Some(acceptor) => match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => watcher.watch(http.serve_connection(TokioIo::new(tls), svc)).await,
