@@ -248,3 +248,31 @@ fn hostile_files_get_exit_2_and_a_clear_message_from_analyze_and_plot() {
     let _ = std::fs::remove_file(&ooo);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn hostile_config_files_get_exit_2_and_a_clear_message() {
+    let web = tmp("web.toml");
+    std::fs::write(&web, "[export]\nweb_config = \"/dev/zero\"\n").expect("write");
+    let bad = tmp("bad.toml");
+    std::fs::write(&bad, "[bpf\nringbuf_mib = \n").expect("write");
+    for (f, expect) in [
+        (Path::new("/dev/zero"), "not a config file"),
+        (Path::new("/"), "directory"),
+        (web.as_path(), "not a config file"),
+        (bad.as_path(), "bad.toml"),
+    ] {
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+            .args(["run", "--check-config", "--config"])
+            .arg(f)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("run --config {}: exit {:?}: {}", f.display(), out.status.code(), err.trim());
+        assert!(t.elapsed() < Duration::from_secs(10), "--config {} took {:?}", f.display(), t.elapsed());
+        assert_eq!(out.status.code(), Some(2), "--config {}: {err}", f.display());
+        assert!(err.contains(expect), "--config {}: message lacks {expect:?}: {err}", f.display());
+    }
+    let _ = std::fs::remove_file(&web);
+    let _ = std::fs::remove_file(&bad);
+}
