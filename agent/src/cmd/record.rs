@@ -115,6 +115,8 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
     progress.tick().await;
     let mut by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut conns = HashSet::new();
+    // Ring-buffer records (not snapshots, which the iterator reads) not selected by the filters.
+    let mut unselected = 0u64;
     eprintln!(
         "tcpvigil: recording{}; Ctrl-C to stop",
         duration.map(|d| format!(" for {}s", d.as_secs())).unwrap_or_default()
@@ -128,6 +130,7 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
                     None => break,
                 };
                 if !filters.is_empty() && !filters.iter().any(|f| f.matches(&ev.conn)) {
+                    unselected += !matches!(ev.body, Body::Snapshot(_)) as u64;
                     continue;
                 }
                 *by_type.entry(kind_name(&ev.body)).or_default() += 1;
@@ -149,6 +152,8 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
             *by_type.entry(kind_name(&ev.body)).or_default() += 1;
             conns.insert(ev.conn.cookie);
             write_event(&mut *w, &ev)?;
+        } else {
+            unselected += !matches!(ev.body, Body::Snapshot(_)) as u64;
         }
     }
     let c = &agent.counters;
@@ -161,6 +166,13 @@ async fn pump(mut agent: Agent, filters: &[Filter], duration: Option<Duration>, 
         by_type.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
     );
     let lost_rb = kernel.first().copied().unwrap_or(0);
+    // The account: what the programs produced against what was written or filtered out here.
+    let produced = kernel.get(5).copied().unwrap_or(0) + kernel.get(6).copied().unwrap_or(0) + lost_rb;
+    let written_ring = by_type.iter().filter(|(k, _)| **k != "snapshot").map(|(_, v)| v).sum::<u64>();
+    s.push_str(&format!(
+        "\ntcpvigil: account: produced {produced} ring-buffer records, written {written_ring}, not selected {unselected}, lost {}",
+        produced.saturating_sub(written_ring + unselected)
+    ));
     s.push_str(&format!(
         "\ntcpvigil: lost: {} in the kernel ring buffer, {} in the channel, {} undecodable",
         lost_rb,
