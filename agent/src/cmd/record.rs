@@ -38,6 +38,17 @@ pub struct Args {
     /// Small recordings of long runs, e.g. detector fixtures. 0 (default): every ACK.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     sample_every: u64,
+    /// Size of the kernel ring buffer, KiB (a power of two, 16 to 1048576). Small: records are
+    /// lost (and counted) under load; the default 8192 keeps up with a few fast transfers.
+    #[arg(long, default_value_t = 8192, value_parser = parse_ringbuf_kib)]
+    ringbuf_kib: u32,
+}
+
+fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v) if (16..=1 << 20).contains(&v) && v.is_power_of_two() => Ok(v),
+        _ => Err(format!("{s:?}: give a power of two from 16 to 1048576 (KiB)")),
+    }
 }
 
 fn parse_interval(s: &str) -> Result<f64, String> {
@@ -76,6 +87,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         select_all: filters.is_empty() && !daemon_like,
         rules: if daemon_like { Vec::new() } else { rules },
         snapshot_interval_ms: (a.snapshot_interval * 1000.0) as u64,
+        ringbuf_bytes: a.ringbuf_kib * 1024,
         ..Default::default()
     };
     let header = Header {
