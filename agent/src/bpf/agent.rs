@@ -32,6 +32,8 @@ pub struct Counters {
     /// produced, once the programs are detached and the buffer drained (at stop).
     pub ring_records: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Nanoseconds the last snapshot pass over every network namespace took.
+    pub snapshot_ns: AtomicU64,
     pub netns: AtomicU64,
     /// Kernel-side counters (enum tv_stat), summed over CPUs.
     pub kernel: Mutex<Vec<u64>>,
@@ -218,7 +220,9 @@ fn owner(
         if Instant::now() >= next_snap {
             last_snap = Instant::now();
             next_snap = last_snap + snap_every;
+            let t = Instant::now();
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
+            counters.snapshot_ns.store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             read_kernel_stats(&loaded.skel, &counters);
             read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
         }

@@ -177,6 +177,7 @@ fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health
         decode_errors: c.decode_errors.load(Ordering::Relaxed),
         events_write_errors: events_errors,
         recorder,
+        snapshot_seconds: c.snapshot_ns.load(Ordering::Relaxed) as f64 / 1e9,
     }
 }
 
