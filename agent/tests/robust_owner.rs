@@ -14,10 +14,25 @@ fn owner_is_tagged_once_per_connection_at_connect_and_accept_with_no_per_send_pr
     }
     let pair = Pair::new("ow");
     let rec = Recorder::start(&["--snapshot-interval", "1"], 5);
-    // No loaded tcpvigil program hooks the send path.
-    let progs = sh("bpftool prog show");
-    for name in ["tv_send_tp", "tv_send_fentry", "tv_send_len"] {
-        assert!(!progs.contains(name), "{name} is loaded: attribution still runs per send");
+    // None of this recorder's programs (found through its fds) hooks the send path.
+    let pid = rec.child.id();
+    let ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("fdinfo")
+        .flatten()
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+        .filter_map(|t| t.lines().find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok()))
+        .collect();
+    let all: serde_json::Value = serde_json::from_str(&sh("bpftool -j prog show")).expect("bpftool json");
+    let names: Vec<String> = all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| ids.contains(&id)))
+        .filter_map(|p| p["name"].as_str().map(String::from))
+        .collect();
+    assert!(names.iter().any(|n| n == "tv_set_state"), "the recorder's programs were not found: {names:?}");
+    for n in &names {
+        assert!(!n.starts_with("tv_send"), "{n} is loaded: attribution still runs per send");
     }
     let mut srv = pair.iperf_server(5701);
     let out = pair.iperf_client(5701, 2, &[]);
