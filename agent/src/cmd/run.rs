@@ -107,6 +107,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file, flight))
 }
 
+/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
+/// otherwise, and the RSS stays at its peak for good).
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
 /// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
 fn raise_nofile(want: u64) {
@@ -253,7 +263,10 @@ async fn daemon(
                 let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
                 let rec = flight.as_ref().map(Flight::health).unwrap_or_default();
                 metrics.refresh(&table, &health(&agent, errors, rec));
-                table.reap(mono_now_ns().saturating_sub(10_000_000_000));
+                let reaped = table.reap(mono_now_ns().saturating_sub(10_000_000_000)).len();
+                if reaped >= 1000 {
+                    give_back_memory();
+                }
             }
             _ = hup.recv() => {
                 notify("RELOADING=1");
