@@ -1,4 +1,4 @@
-//! A full disk under the events file and the dump directory (a tiny tmpfs): the daemon keeps running,
+//! A full disk under the events file and the dump directory (a small tmpfs, filled): the daemon keeps running,
 //! counts every failed write, keeps counting findings, recovers when space frees, reopens a rotated
 //! events file on SIGHUP; the files it creates are not world-readable.
 mod support;
@@ -59,10 +59,11 @@ fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_even
     }
     let dir = std::env::temp_dir().join(format!("tv-full-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
-    sh(&format!("mount -t tmpfs -o size=256k tvfull {}", dir.display()));
+    sh(&format!("mount -t tmpfs -o size=4m tvfull {}", dir.display()));
     let _fs = Tmpfs(dir.clone());
     let (events, dumps) = (dir.join("events.jsonl"), dir.join("dumps"));
-    let d = Daemon::start_at("full", "", events.clone(), dumps.clone());
+    // Dumps written 2 s after a stop ends (default 10 s) keep the test short.
+    let d = Daemon::start_at("full", "[recorder]\nseconds_after = 2.0\n", events.clone(), dumps.clone());
     // Fill what is left (the daemon has created its files by now).
     let _ = sh_ok(&format!("dd if=/dev/zero of={}/fill bs=4k", dir.display()));
     assert!(sh_ok(&format!("! dd if=/dev/zero of={}/probe bs=1 count=1", dir.display())), "the tmpfs is not full");
@@ -75,7 +76,7 @@ fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_even
     });
     let failed_writes = sum(&m, "tcpvigil_events_write_errors_total");
     let stops_full = sum(&m, "tcpvigil_stops_total");
-    let m = wait_for(&d, "a failed dump counted", Duration::from_secs(15), |m| {
+    let m = wait_for(&d, "a failed dump counted", Duration::from_secs(40), |m| {
         sum(m, "tcpvigil_recorder_dumps_total{outcome=\"failed\"") >= 1.0
     });
     println!(
@@ -88,7 +89,7 @@ fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_even
     // Space again: the next findings are written, the next dump too.
     std::fs::remove_file(dir.join("fill")).expect("free the space");
     stop_once(&p, 6002);
-    let m = wait_for(&d, "a dump written and the stop counted after space freed", Duration::from_secs(15), |m| {
+    let m = wait_for(&d, "a dump written and the stop counted after space freed", Duration::from_secs(40), |m| {
         sum(m, "tcpvigil_recorder_dumps_total{outcome=\"written\"") >= 1.0
             && sum(m, "tcpvigil_stops_total") > stops_full
     });
