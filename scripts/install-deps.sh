@@ -5,6 +5,7 @@ pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc
       iperf3 nftables iptables iproute2 tcpdump ethtool procps iputils-ping
       bpftool fonts-dejavu-core
       tmux                                        # the watch test runs the view in a real terminal
+      util-linux python3 curl                     # robust_*: unshare, the RTO test's sender/receiver, scrapes
       qemu-system-x86 busybox-static xz-utils    # the kernel matrix (scripts/vm-matrix.sh)
       prometheus)   # prometheus + promtool: agent/tests/prometheus runs the server binary directly
 missing=()
