@@ -133,7 +133,8 @@ int BPF_PROG(tv_rto_timer, struct sock *sk)
  * accepted socket inherits its listener's state (BPF_F_CLONE), hence its owner. The owner record
  * is sent when the connection is established, so the table knows the connection by then.
  * Bound: a socket handed to another process (SCM_RIGHTS, fork) keeps the process that connected or
- * listened; sockets that predate the daemon have no owner (snapshots still carry the uid). */
+ * listened; sockets that predate the daemon have no owner, nor have the connections accepted
+ * later by a listener that predates it (snapshots still carry the uid). */
 static __always_inline void tv_take_owner(struct sock *sk)
 {
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
