@@ -47,10 +47,11 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("accepting connections on {addr}: {source}")]
-    Accept { addr: SocketAddr, source: std::io::Error },
+    // `err`, not `source`: the message already says it; as a source it was printed twice.
+    #[error("cannot listen on {addr}: {err}")]
+    Bind { addr: SocketAddr, err: std::io::Error },
+    #[error("accepting connections on {addr}: {err}")]
+    Accept { addr: SocketAddr, err: std::io::Error },
 }
 
 /// What a connection needs; swapped whole on reload.
@@ -101,8 +102,8 @@ impl HttpServer {
         registry: Arc<Registry>,
         ready: Arc<AtomicBool>,
     ) -> Result<Self, HttpError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
-        let addr = listener.local_addr().map_err(|source| HttpError::Bind { addr, source })?;
+        let listener = TcpListener::bind(addr).await.map_err(|err| HttpError::Bind { addr, err })?;
+        let addr = listener.local_addr().map_err(|err| HttpError::Bind { addr, err })?;
         let shared = Arc::new(Shared { registry, ready, web: RwLock::new(Arc::new(web_state(web))) });
         Ok(HttpServer { listener, addr, shared })
     }
@@ -136,7 +137,7 @@ impl HttpServer {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
-                    Err(source) => return Err(HttpError::Accept { addr: self.addr, source }),
+                    Err(err) => return Err(HttpError::Accept { addr: self.addr, err }),
                 },
             };
             let web = self.shared.web.read().unwrap_or_else(|p| p.into_inner()).clone();
