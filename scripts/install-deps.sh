@@ -9,6 +9,7 @@ pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libbpf-dev linux-libc
       python3-jsonschema                          # events against docs/schema (scripts/validate-events.py)
       curl binutils systemd                       # ci-package.sh: scrape, readelf/strip, systemd-analyze verify
       buildah podman runc python3-yaml            # ci-image.sh: the image from scratch, run as the DaemonSet says
+      util-linux python3 curl                     # robust_*: unshare, the RTO test's sender/receiver, scrapes
       qemu-system-x86 busybox-static xz-utils    # the kernel matrix (scripts/vm-matrix.sh)
       prometheus)   # prometheus + promtool: agent/tests/prometheus runs the server binary directly
 missing=()

@@ -86,6 +86,23 @@ pub enum ConfigError {
     Invalid { path: String, err: String },
 }
 
+/// Config files (daemon, web) are small; anything larger is not one (/dev/zero would never end).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Read a whole text file of at most `limit` bytes: larger, or not UTF-8, is an error saying so.
+pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {} KiB: not a config file", limit >> 10),
+        ));
+    }
+    String::from_utf8(buf).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
 impl Config {
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
         let c: Config =
@@ -98,7 +115,7 @@ impl Config {
         match path {
             None => Ok(Config::default()),
             Some(p) => {
-                let text = std::fs::read_to_string(p)
+                let text = read_capped(p, MAX_CONFIG_BYTES)
                     .map_err(|err| ConfigError::Read { path: p.display().to_string(), err })?;
                 Config::parse(&text, &p.display().to_string())
             }

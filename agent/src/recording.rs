@@ -75,11 +75,41 @@ pub fn open(path: &Path) -> Result<Recording, RecordingError> {
     read_file(File::open(path)?)
 }
 
-pub fn read(r: impl BufRead) -> Result<Recording, RecordingError> {
-    let mut lines = r.lines();
-    let first = match lines.next() {
-        None => return Err(RecordingError::Empty),
-        Some(l) => l?,
+/// The longest line a recording may have: events are a few hundred bytes, snapshots a few KiB.
+pub const MAX_LINE: usize = 1 << 20;
+/// How far back in time an event may be from the latest before it: records from different CPUs
+/// reach the ring buffer slightly out of order (under 100 ms in the fixtures); more is a damaged
+/// or spliced file, which the detectors cannot replay.
+pub const MAX_BACKSTEP_NS: u64 = 1_000_000_000;
+
+/// The next line without its newline, at most MAX_LINE bytes (None at the end).
+fn next_line(r: &mut impl BufRead, buf: &mut Vec<u8>, line: usize) -> Result<Option<String>, RecordingError> {
+    buf.clear();
+    let n = r.by_ref().take(MAX_LINE as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    } else if buf.len() > MAX_LINE {
+        return Err(RecordingError::Line {
+            line,
+            msg: format!("longer than {} MiB: not a recording line", MAX_LINE >> 20),
+        });
+    }
+    match std::str::from_utf8(buf) {
+        Ok(s) => Ok(Some(s.to_string())),
+        Err(e) => Err(RecordingError::Line { line, msg: format!("not UTF-8 text ({e})") }),
+    }
+}
+
+pub fn read(mut r: impl BufRead) -> Result<Recording, RecordingError> {
+    let mut buf = Vec::new();
+    let first = match next_line(&mut r, &mut buf, 1) {
+        Ok(None) => return Err(RecordingError::Empty),
+        Ok(Some(l)) => l,
+        Err(RecordingError::Line { msg, .. }) => return Err(RecordingError::NotARecording(msg)),
+        Err(e) => return Err(e),
     };
     if first.trim().is_empty() {
         return Err(RecordingError::Empty);
@@ -88,19 +118,43 @@ pub fn read(r: impl BufRead) -> Result<Recording, RecordingError> {
     if header.tcpvigil_recording != FORMAT_VERSION {
         return Err(RecordingError::Version(header.tcpvigil_recording));
     }
-    let all: Vec<String> = lines.collect::<Result<_, _>>()?;
-    let mut events = Vec::with_capacity(all.len());
+    let mut events: Vec<Event> = Vec::new();
     let mut truncated_tail = false;
-    let n = all.len();
-    for (i, l) in all.iter().enumerate() {
+    // A line that fails to parse is an error unless it is the last one and merely cut short.
+    let mut pending: Option<(usize, serde_json::Error)> = None;
+    let (mut latest, mut latest_line) = (0u64, 0usize);
+    let mut line = 1;
+    while let Some(l) = next_line(&mut r, &mut buf, line + 1)? {
+        line += 1;
+        if let Some((at, e)) = pending.take() {
+            return Err(RecordingError::Line { line: at, msg: e.to_string() });
+        }
         if l.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Event>(l) {
-            Ok(e) => events.push(e),
-            Err(e) if i + 1 == n && e.is_eof() => truncated_tail = true,
-            Err(e) => return Err(RecordingError::Line { line: i + 2, msg: e.to_string() }),
+        match serde_json::from_str::<Event>(&l) {
+            Ok(e) => {
+                if e.ts_ns + MAX_BACKSTEP_NS < latest {
+                    return Err(RecordingError::Line {
+                        line,
+                        msg: format!(
+                            "timestamps out of order: {:.3} s before line {latest_line} (at most {} s back is allowed)",
+                            (latest - e.ts_ns) as f64 / 1e9,
+                            MAX_BACKSTEP_NS / 1_000_000_000
+                        ),
+                    });
+                }
+                if e.ts_ns >= latest {
+                    (latest, latest_line) = (e.ts_ns, line);
+                }
+                events.push(e)
+            }
+            Err(e) if e.is_eof() => pending = Some((line, e)),
+            Err(e) => return Err(RecordingError::Line { line, msg: e.to_string() }),
         }
+    }
+    if pending.is_some() {
+        truncated_tail = true;
     }
     Ok(Recording { header, events, truncated_tail })
 }
@@ -145,5 +199,47 @@ mod tests {
         write_header(&mut buf2, &header()).unwrap();
         buf2.extend_from_slice(b"{\"ts_ns\":1}\n{}\n");
         assert!(matches!(read(&buf2[..]), Err(RecordingError::Line { line: 2, .. })));
+    }
+
+    fn with_events(ts: &[u64]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        write_header(&mut buf, &header()).unwrap();
+        let fixture = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/clean.jsonl.gz")).unwrap();
+        let rec = read_file_bytes(&fixture);
+        for (i, t) in ts.iter().enumerate() {
+            let mut e = rec.events[i].clone();
+            e.ts_ns = *t;
+            write_event(&mut buf, &e).unwrap();
+        }
+        buf
+    }
+
+    fn read_file_bytes(b: &[u8]) -> Recording {
+        read(BufReader::new(flate2::read::GzDecoder::new(b))).unwrap()
+    }
+
+    #[test]
+    fn small_reordering_is_read_and_a_step_back_of_more_than_a_second_is_an_error() {
+        let ok = with_events(&[5_000_000_000, 4_900_000_000, 5_100_000_000]);
+        assert_eq!(read(&ok[..]).unwrap().events.len(), 3);
+        let bad = with_events(&[5_000_000_000, 6_000_000_000, 4_000_000_000]);
+        match read(&bad[..]) {
+            Err(RecordingError::Line { line: 4, msg }) => assert!(msg.contains("out of order"), "{msg}"),
+            other => panic!("expected an out-of-order error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_endless_or_binary_line_is_an_error_not_a_hang() {
+        let zeros = std::io::repeat(0).take(10 << 20);
+        assert!(matches!(read(BufReader::new(zeros)), Err(RecordingError::NotARecording(_))));
+        let mut long = Vec::new();
+        write_header(&mut long, &header()).unwrap();
+        long.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        assert!(matches!(read(&long[..]), Err(RecordingError::Line { line: 2, .. })));
+        let mut bin = Vec::new();
+        write_header(&mut bin, &header()).unwrap();
+        bin.extend_from_slice(b"\xff\xfe\n");
+        assert!(matches!(read(&bin[..]), Err(RecordingError::Line { line: 2, .. })));
     }
 }

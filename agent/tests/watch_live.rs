@@ -517,7 +517,7 @@ fn pair_up<'a>(a: &'a [Event], b: &'a [Event], win: (u64, u64)) -> (Vec<(&'a Eve
 ///   they describe (ack_seq, snd_una, delivered, bytes_acked, SACK blocks); pairs of two
 ///   per-ACK (`probe`) samples must agree on every field;
 /// - a retransmission's `since_prev_ns`: each program reads the clock itself (µs apart);
-/// - the owner tag: each process's programs tag a connection when they first see it send.
+/// - the owner tag: each process's programs tag a connection at connect()/accept() if loaded by then.
 ///
 /// Both directions are checked (nothing missing on either side, ≥ 99.5 % of the per-ACK
 /// samples; every loss and state event), and watch's stop equals what `analyze` finds in the

@@ -13,6 +13,8 @@
 #define AF_INET6 10
 #define IPPROTO_TCP 6
 #define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
 #define TCP_LISTEN 10
 #define TCP_TIME_WAIT 6
 #define TCP_NEW_SYN_RECV 12
@@ -26,7 +28,8 @@
 
 extern unsigned CONFIG_HZ __kconfig;
 
-/* Per-socket state, freed with the socket. */
+/* Per-socket state, freed with the socket. Cloned (BPF_F_CLONE, 5.4+) into the sockets a
+ * listener accepts: a listener's state holds only its owner (state.h), which they inherit. */
 struct tv_sk {
 	__u64 last_sample_j; /* jiffies of the last sample: the bulk-interval gate */
 	__u64 pending_ts;
@@ -53,7 +56,7 @@ struct tv_sk {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
 	__type(key, int);
 	__type(value, struct tv_sk);
 } tv_socks SEC(".maps");

@@ -45,7 +45,9 @@ static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __
 }
 
 /* Fallback RTO source (4.16+), attached at the cgroup-v2 root: RTO_CB runs in
- * tcp_write_timeout() for every retransmission timeout of a socket that asked for it.
+ * tcp_write_timeout() for every retransmission timeout of a socket that asked for it, right after
+ * the kernel counted it in TCPTimeouts (the zero-window branch never gets there): exact for sockets
+ * established while the agent ran; SYN timeouts (before the flags are set) are in the MIB only.
  * RETRANS_CB reports the retransmissions that failed in this host (see retrans.h). */
 SEC("sockops")
 int tv_sockops(struct bpf_sock_ops *skops)
@@ -84,12 +86,37 @@ int tv_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-/* Preferred RTO source where fentry loads: the timer handler itself. */
+/* Does this tcp_retransmit_timer() run count as a timeout (LINUX_MIB_TCPTIMEOUTS)? The kernel
+ * returns first for a Fast Open SYN-ACK (fastopen_rsk) and an empty queue, and does not count the
+ * zero-window branch: with snd_wnd 0 on a live socket past the handshake its retransmission is a
+ * window probe ("Receiver dastardly shrinks window"), which enters Loss without a timeout. Counting
+ * that branch made 4 RTOs where TCPTimeouts said 3 (6.1 and 6.18 tcp_timer.c have the same tests). */
+/* Before the flags moved into sock_common (skc_flags, 6.x), struct sock had sk_flags. */
+struct sock___sk_flags {
+	unsigned long sk_flags;
+} __attribute__((preserve_access_index));
+
+static __always_inline int tv_rto_counts(struct sock *sk, struct tcp_sock *tp)
+{
+	if (!tp->packets_out || BPF_CORE_READ(tp, fastopen_rsk))
+		return 0;
+	__u8 state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__u64 flags;
+	if (bpf_core_field_exists(sk->__sk_common.skc_flags))
+		flags = BPF_CORE_READ(sk, __sk_common.skc_flags);
+	else
+		flags = BPF_CORE_READ((struct sock___sk_flags *)sk, sk_flags);
+	int dead = (flags >> bpf_core_enum_value(enum sock_flags, SOCK_DEAD)) & 1;
+	int handshake = state == TCP_SYN_SENT || state == TCP_SYN_RECV;
+	return !(BPF_CORE_READ(tp, snd_wnd) == 0 && !dead && !handshake);
+}
+
+/* Preferred RTO source where fentry loads: the timer handler itself, counted as the kernel does. */
 SEC("fentry/tcp_retransmit_timer")
 int BPF_PROG(tv_rto_timer, struct sock *sk)
 {
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp || !tp->packets_out)
+	if (!tp || !tv_rto_counts(sk, tp))
 		return 0;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (st)
@@ -100,13 +127,58 @@ int BPF_PROG(tv_rto_timer, struct sock *sk)
 	return 0;
 }
 
-/* Lifecycle: every TCP state change (4.16+). */
+/* Process attribution, once per socket, with no hook on the send path (a tcp_sendmsg hook ran on
+ * every send: 606,012 runs, 70 ms of BPF time in 8 s of one iperf3 stream, scripts/bench-progs.sh).
+ * connect() and listen() change the state in the caller's context: the owner is read there. An
+ * accepted socket inherits its listener's state (BPF_F_CLONE), hence its owner. The owner record
+ * is sent when the connection is established, so the table knows the connection by then.
+ * Bound: a socket handed to another process (SCM_RIGHTS, fork) keeps the process that connected or
+ * listened; sockets that predate the daemon have no owner, nor have the connections accepted
+ * later by a listener that predates it (snapshots still carry the uid). */
+static __always_inline void tv_take_owner(struct sock *sk)
+{
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		tv_count(TV_ST_STORAGE_FAIL);
+		return;
+	}
+	st->owner_set = 1;
+	st->tgid = bpf_get_current_pid_tgid() >> 32;
+	st->uid = (__u32)bpf_get_current_uid_gid();
+	st->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(st->comm, sizeof(st->comm));
+}
+
+static __always_inline void tv_emit_owner(struct sock *sk, __u64 cookie)
+{
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
+	if (!st || !st->owner_set)
+		return;
+	struct tv_owner *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
+	if (!e) {
+		tv_count(TV_ST_RB_FULL);
+		return;
+	}
+	tv_fill_hdr(&e->h, sk, cookie, TV_K_OWNER, sizeof(*e), bpf_ktime_get_ns());
+	e->tgid = st->tgid;
+	e->uid = st->uid;
+	e->cgroup_id = st->cgroup_id;
+	__builtin_memcpy(e->comm, st->comm, TV_COMM_LEN);
+	tv_submit(e);
+	tv_count(TV_ST_EVENTS);
+}
+
+/* Lifecycle: every TCP state change (4.16+), and the owner at connect()/listen(). */
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
 {
 	struct sock *sk = (struct sock *)csk;
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
+	if (new == TCP_SYN_SENT || new == TCP_LISTEN) {
+		tv_take_owner(sk);
+		return 0;
+	}
 	/* Only transitions that matter to a connection table: established and closed. */
 	if (new != TCP_ESTABLISHED && new != 7 /* TCP_CLOSE */ && old != TCP_ESTABLISHED)
 		return 0;
@@ -129,6 +201,8 @@ int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
 	__builtin_memset(e->_pad, 0, sizeof(e->_pad));
 	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
+	if (new == TCP_ESTABLISHED)
+		tv_emit_owner(sk, cookie);
 	return 0;
 }
 
@@ -149,56 +223,6 @@ int BPF_PROG(tv_destroy, struct sock *sk)
 	tv_fill_snap(s, tp, st);
 	tv_submit(s);
 	tv_count(TV_ST_EVENTS);
-	return 0;
-}
-
-/* Process attribution, once per connection, from process context. */
-static __always_inline void tv_on_send(struct sock *sk)
-{
-	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st || st->owner_set)
-		return;
-	st->owner_set = 1;
-	st->tgid = bpf_get_current_pid_tgid() >> 32;
-	st->uid = (__u32)bpf_get_current_uid_gid();
-	st->cgroup_id = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(st->comm, sizeof(st->comm));
-	struct tv_owner *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
-	if (!e) {
-		tv_count(TV_ST_RB_FULL);
-		return;
-	}
-	tv_fill_hdr(&e->h, sk, bpf_get_socket_cookie(sk), TV_K_OWNER, sizeof(*e), bpf_ktime_get_ns());
-	e->tgid = st->tgid;
-	e->uid = st->uid;
-	e->cgroup_id = st->cgroup_id;
-	__builtin_memcpy(e->comm, st->comm, TV_COMM_LEN);
-	tv_submit(e);
-	tv_count(TV_ST_EVENTS);
-}
-
-SEC("fentry/tcp_sendmsg_locked")
-int BPF_PROG(tv_send_fentry, struct sock *sk)
-{
-	tv_on_send(sk);
-	return 0;
-}
-
-/* 6.11+ tracepoint inside tcp_sendmsg_locked(). */
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(tv_send_tp, const struct sock *sk)
-{
-	tv_on_send((struct sock *)sk);
-	return 0;
-}
-
-/* 6.3+: every sock_sendmsg(); TCP only. */
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(tv_send_len, struct sock *sk, int ret, int flags)
-{
-	if (ret <= 0 || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
-		return 0;
-	tv_on_send(sk);
 	return 0;
 }
 

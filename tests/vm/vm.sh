@@ -149,8 +149,12 @@ boot() {
   mods=$WORK/mods-$name
   rm -rf "$mods" && mkdir -p "$mods/lib/modules"
   cp "$dir"/modules/* "$mods/lib/modules/"
-  # As on any Debian host: libbpf reads Kconfig externs (CONFIG_HZ) from /boot/config-$(uname -r).
-  mkdir -p "$mods/boot" && cp "$dir/config" "$mods/boot/config-$krel"
+  # No /boot/config-$(uname -r) in the guest (as in containers and minimal images) and Debian
+  # builds no /proc/config.gz: the agent must measure CONFIG_HZ itself (agent/src/bpf/kconfig.rs).
+  # TV_VM_BOOT_CONFIG=1 puts the file in /boot as on a full Debian host.
+  if [ "${TV_VM_BOOT_CONFIG:-0}" = 1 ]; then
+    mkdir -p "$mods/boot" && cp "$dir/config" "$mods/boot/config-$krel"
+  fi
   initrd=$WORK/initrd-$name.cpio
   { cat "$WORK/common.cpio"; cpio_of "$mods"; } > "$initrd"
   serial=$WORK/$name.serial.log

@@ -29,7 +29,12 @@ pub struct Counters {
     pub channel_dropped: AtomicU64,
     pub decode_errors: AtomicU64,
     pub events: AtomicU64,
+    /// Records read from the ring buffer (decoded or not): with `ringbuf_full` what the programs
+    /// produced, once the programs are detached and the buffer drained (at stop).
+    pub ring_records: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Nanoseconds the last snapshot pass over every network namespace took.
+    pub snapshot_ns: AtomicU64,
     pub netns: AtomicU64,
     /// Kernel-side counters (enum tv_stat), summed over CPUs.
     pub kernel: Mutex<Vec<u64>>,
@@ -184,6 +189,7 @@ fn owner(
         let push = &push;
         let mut b = RingBufferBuilder::new();
         b.add(&loaded.skel.maps.tv_events, move |data: &[u8]| {
+            c.ring_records.fetch_add(1, Ordering::Relaxed);
             match decode(data) {
                 Ok(ev) => push(ev, &c),
                 Err(_) => {
@@ -230,12 +236,16 @@ fn owner(
         if Instant::now() >= next_snap {
             last_snap = Instant::now();
             next_snap = last_snap + snap_every;
+            let t = Instant::now();
             snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
+            counters.snapshot_ns.store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             read_kernel_stats(&loaded.skel, &counters);
             read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
         }
     }
-    // Drain what is already in the ring buffer before detaching; the last counts for the summary.
+    // Detach first, then drain: every record the programs produced is either read now or was
+    // counted as refused by a full buffer, so produced = read + ringbuf_full exactly.
+    loaded.links.clear();
     let _ = rb.consume();
     read_kernel_stats(&loaded.skel, &counters);
     read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);

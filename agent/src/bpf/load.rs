@@ -54,9 +54,6 @@ pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'
         Prog::RtoTimer => &s.tv_rto_timer,
         Prog::SetState => &s.tv_set_state,
         Prog::Destroy => &s.tv_destroy,
-        Prog::SendFentry => &s.tv_send_fentry,
-        Prog::SendTp => &s.tv_send_tp,
-        Prog::SendLen => &s.tv_send_len,
         Prog::Iter => &s.tv_iter,
     }
 }
@@ -167,13 +164,18 @@ pub fn set_phase(
 
 /// Load the chosen programs and attach them.
 pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &Settings) -> Result<Loaded<'obj>> {
-    let mut open = TcpvigilSkelBuilder::default().open(storage).context("opening the eBPF object")?;
+    let opts = super::kconfig::open_opts().map_err(|e| anyhow!(e))?;
+    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, storage).context("opening the eBPF object")?;
     let chosen = v.progs();
     for p in ALL {
         p.of(&mut open).set_autoload(chosen.contains(&p));
     }
     open.maps.tv_events.set_max_entries(s.ringbuf_bytes)?;
-    let skel = open.load().context("loading the eBPF programs")?;
+    let _ = super::variants::take_libbpf_log();
+    let skel = open.load().map_err(|e| {
+        let why = super::variants::reason(&e, &super::variants::take_libbpf_log());
+        anyhow!("loading the eBPF programs: {why}")
+    })?;
 
     let mut cfg = tv_config {
         bulk_interval_ns: s.bulk_interval_ns,

@@ -2,6 +2,7 @@
 pub mod abi;
 pub mod agent;
 pub mod decode;
+pub mod kconfig;
 pub mod load;
 pub mod netns;
 pub mod runstats;

@@ -21,13 +21,10 @@ pub enum Prog {
     RtoTimer,
     SetState,
     Destroy,
-    SendFentry,
-    SendTp,
-    SendLen,
     Iter,
 }
 
-pub const ALL: [Prog; 14] = [
+pub const ALL: [Prog; 11] = [
     Prog::TcpProbe,
     Prog::SacktagExit,
     Prog::RetransV2,
@@ -38,9 +35,6 @@ pub const ALL: [Prog; 14] = [
     Prog::RtoTimer,
     Prog::SetState,
     Prog::Destroy,
-    Prog::SendFentry,
-    Prog::SendTp,
-    Prog::SendLen,
     Prog::Iter,
 ];
 
@@ -58,9 +52,6 @@ impl Prog {
             Prog::RtoTimer => "fentry/tcp_retransmit_timer",
             Prog::SetState => "tp_btf/inet_sock_set_state",
             Prog::Destroy => "tp_btf/tcp_destroy_sock",
-            Prog::SendFentry => "fentry/tcp_sendmsg_locked",
-            Prog::SendTp => "tp_btf/tcp_sendmsg_locked",
-            Prog::SendLen => "tp_btf/sock_send_length",
             Prog::Iter => "iter/tcp",
         }
     }
@@ -83,9 +74,6 @@ impl Prog {
             Prog::RtoTimer => &mut p.tv_rto_timer,
             Prog::SetState => &mut p.tv_set_state,
             Prog::Destroy => &mut p.tv_destroy,
-            Prog::SendFentry => &mut p.tv_send_fentry,
-            Prog::SendTp => &mut p.tv_send_tp,
-            Prog::SendLen => &mut p.tv_send_len,
             Prog::Iter => &mut p.tv_iter,
         }
     }
@@ -163,8 +151,10 @@ pub const NEEDS: &[Need] = &[
         name: "owner",
         what: "process attribution (pid, comm, cgroup)",
         essential: false,
-        candidates: &[Prog::SendFentry, Prog::SendTp, Prog::SendLen],
-        otherwise: Some("uid from snapshots only"),
+        // No program of its own: read at connect()/listen() by the lifecycle hook and inherited by
+        // accepted sockets (state.h), so nothing runs per send.
+        candidates: &[],
+        otherwise: Some("tp_btf/inet_sock_set_state at connect()/listen(), inherited on accept"),
     },
     Need {
         name: "snapshot",
@@ -241,19 +231,46 @@ pub fn take_libbpf_log() -> String {
     LIBBPF_LOG.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default()
 }
 
-/// The most telling line of a libbpf failure log.
-fn reason(err: &libbpf_rs::Error, log: &str) -> String {
+/// libbpf's own reason for a failure: the error (with its errno) and the telling lines of its log.
+pub fn reason(err: &libbpf_rs::Error, log: &str) -> String {
     if std::env::var_os("TCPVIGIL_LIBBPF_LOG").is_some() {
         eprintln!("{log}");
     }
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("failed to") || l.contains("Permission") || l.contains("invalid") || l.contains("BTF"))
-        .map(|l| l.trim().trim_start_matches("libbpf: ").to_string());
-    match line {
-        Some(l) => format!("{err} ({l})"),
+    match telling_lines(log) {
+        Some(l) => format!("{err}: {l}"),
         None => err.to_string(),
+    }
+}
+
+/// The lines of a libbpf log that say why, not that, loading failed: the first specific warning
+/// (Kconfig, BTF, extern, program load refusal) and the verifier's last words, joined by "; ".
+/// The generic "failed to load object/skeleton" trailers say nothing and are dropped.
+pub fn telling_lines(log: &str) -> Option<String> {
+    let clean = |l: &str| l.trim().trim_start_matches("libbpf:").trim().to_string();
+    let generic = |l: &str| {
+        l.contains("failed to load object") || l.contains("failed to load BPF skeleton") || l.contains("PROG LOAD LOG")
+    };
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let first = lines.iter().map(|l| clean(l)).find(|l| {
+        !generic(l)
+            && (l.contains("failed")
+                || l.contains("Kconfig")
+                || l.contains("extern")
+                || l.contains("BTF")
+                || l.contains("Permission")
+                || l.contains("invalid")
+                || l.contains("not found")
+                || l.contains("unknown"))
+    });
+    // The verifier log sits between BEGIN and END PROG LOAD LOG; its last line is the refusal.
+    let verifier = lines
+        .iter()
+        .position(|l| l.contains("END PROG LOAD LOG"))
+        .and_then(|end| lines[..end].iter().rev().find(|l| !l.contains("processed ") && !l.contains("PROG LOAD LOG")))
+        .map(|l| format!("verifier: {}", clean(l)));
+    match (first, verifier) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
     }
 }
 
@@ -261,7 +278,8 @@ fn reason(err: &libbpf_rs::Error, log: &str) -> String {
 pub fn trial(prog: Prog) -> Result<(), String> {
     let _ = take_libbpf_log();
     let mut storage = MaybeUninit::uninit();
-    let mut open = TcpvigilSkelBuilder::default().open(&mut storage).map_err(|e| e.to_string())?;
+    let opts = super::kconfig::open_opts()?;
+    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, &mut storage).map_err(|e| e.to_string())?;
     for p in ALL {
         p.of(&mut open).set_autoload(p == prog);
     }
@@ -308,4 +326,30 @@ pub fn choose() -> Variants {
         });
     }
     Variants { choices }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::telling_lines;
+
+    #[test]
+    fn missing_kconfig_is_named_not_the_generic_trailer() {
+        let log = "libbpf: failed to open system Kconfig\nlibbpf: failed to load object 'tcpvigil_bpf'\nlibbpf: failed to load BPF skeleton 'tcpvigil_bpf': -22\n";
+        assert_eq!(telling_lines(log).as_deref(), Some("failed to open system Kconfig"));
+    }
+
+    #[test]
+    fn verifier_refusal_gives_the_load_failure_and_the_verifiers_last_line() {
+        let log = "libbpf: prog 'tv_x': BPF program load failed: Permission denied\nlibbpf: prog 'tv_x': -- BEGIN PROG LOAD LOG --\n0: R1=ctx()\naccess beyond struct sock at off 1444 size 4\nprocessed 12 insns (limit 1000000)\n-- END PROG LOAD LOG --\nlibbpf: prog 'tv_x': failed to load: -13\nlibbpf: failed to load object 'o'\n";
+        assert_eq!(
+            telling_lines(log).as_deref(),
+            Some("prog 'tv_x': BPF program load failed: Permission denied; verifier: access beyond struct sock at off 1444 size 4")
+        );
+    }
+
+    #[test]
+    fn a_log_with_nothing_specific_gives_none() {
+        assert_eq!(telling_lines(""), None);
+        assert_eq!(telling_lines("libbpf: failed to load object 'o'\n"), None);
+    }
 }

@@ -25,6 +25,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let out = serde_json::json!({
             "kernel": kernel_release(),
             "btf": true,
+            "hz": tcpvigil::bpf::kconfig::hz().ok(),
             "cgroup2": cg.as_ref().ok().map(|p| p.display().to_string()),
             "needs": v.choices,
             "ok": missing.is_empty(),
@@ -32,6 +33,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("kernel {} with BTF", kernel_release());
+        match tcpvigil::bpf::kconfig::hz() {
+            Ok(h) => println!("CONFIG_HZ={} ({})", h.hz, h.source),
+            Err(e) => println!("CONFIG_HZ unknown: {e}"),
+        }
         match &cg {
             Ok(p) => println!("cgroup-v2 root: {}", p.display()),
             Err(e) => println!("cgroup-v2 root: none ({e})"),
@@ -53,10 +58,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         for m in missing {
-            eprintln!(
-                "tcpvigil: no working variant for `{}` ({}): every candidate was refused; this needs a kernel >= 5.17 with BTF and BPF trampolines/tracepoints enabled",
-                m.need, m.what
-            );
+            let why: Vec<String> = m.refused.iter().map(|(c, w)| format!("{c}: {w}")).collect();
+            eprintln!("tcpvigil: no working variant for `{}` ({}): {}", m.need, m.what, why.join("; "));
         }
         Ok(ExitCode::from(1))
     }

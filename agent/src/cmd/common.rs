@@ -103,7 +103,11 @@ pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
     tcpvigil::bpf::variants::capture_libbpf_log();
     let variants = tcpvigil::bpf::variants::choose();
     if let Some(m) = variants.missing_essential().first() {
-        eprintln!("tcpvigil: no working variant for `{}`; run `tcpvigil check` for details", m.need);
+        eprintln!("tcpvigil: no working variant for `{}` ({}); the kernel refused:", m.need, m.what);
+        for (cand, why) in &m.refused {
+            eprintln!("tcpvigil:   {cand}: {why}");
+        }
+        eprintln!("tcpvigil: run `tcpvigil check` for every need");
         return Err(ExitCode::from(1));
     }
     Ok(variants)

@@ -77,6 +77,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             return Ok(usage(format!("{e} (recorder.dir; or set recorder.enabled = false)")));
         }
     }
+    raise_nofile(tcpvigil::export::http::MAX_CONNS as u64 + 256);
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),
@@ -113,6 +114,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file, flight))
+}
+
+/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
+/// otherwise, and the RSS stays at its peak for good).
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
+/// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
+fn raise_nofile(want: u64) {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live, initialised rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < want {
+            l.rlim_cur = want.min(l.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                tracing::warn!("could not raise the open-file limit to {want}");
+            }
+        }
+    }
 }
 
 /// The flight recorder: histories in the daemon's task, dumps written by the sink's thread.
@@ -170,6 +196,7 @@ fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health
         decode_errors: c.decode_errors.load(Ordering::Relaxed),
         events_write_errors: events_errors,
         recorder,
+        snapshot_seconds: c.snapshot_ns.load(Ordering::Relaxed) as f64 / 1e9,
     }
 }
 
@@ -248,7 +275,10 @@ async fn daemon(
                 let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
                 let rec = flight.as_ref().map(Flight::health).unwrap_or_default();
                 metrics.refresh(&table, &health(&agent, errors, rec));
-                table.reap(mono_now_ns().saturating_sub(10_000_000_000));
+                let reaped = table.reap(mono_now_ns().saturating_sub(10_000_000_000)).len();
+                if reaped >= 1000 {
+                    give_back_memory();
+                }
             }
             _ = hup.recv() => {
                 notify("RELOADING=1");

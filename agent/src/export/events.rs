@@ -3,6 +3,7 @@
 //! are counted, never fatal.
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,15 +113,28 @@ impl std::fmt::Debug for EventsWriter {
     }
 }
 
+/// Take away what "other" may do with a file that existed before (created with a looser mode).
+fn tighten(f: &File) {
+    if let Ok(m) = f.metadata() {
+        let mode = m.permissions().mode();
+        if mode & 0o007 != 0 {
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(mode & !0o007));
+        }
+    }
+}
+
 fn open_target(t: &EventsTarget) -> Result<Box<dyn Write + Send>, EventsError> {
     match t {
         EventsTarget::Stdout => Ok(Box::new(io::stdout())),
         EventsTarget::File(p) => {
+            // 0640: findings name hosts, ports and processes; not for every local user.
             let f: File = OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o640)
                 .open(p)
                 .map_err(|source| EventsError { path: p.clone(), source })?;
+            tighten(&f);
             Ok(Box::new(BufWriter::new(f)))
         }
     }

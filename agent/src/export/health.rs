@@ -15,7 +15,7 @@ pub const MAX_PROGRAMS: usize = 64;
 pub const MAX_MAPS: usize = 32;
 /// Fixed health series: dropped (2), decode errors, bpf errors (4), kernel records (2),
 /// events write errors, build info, recorder dumps by outcome (4), recorder memory and connections.
-pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1 + DUMP_OUTCOMES.len() + 2;
+pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1 + DUMP_OUTCOMES.len() + 2 + 1;
 /// Health series at their bounds.
 pub const MAX_SERIES: usize = FIXED_SERIES + MAX_VARIANTS + 3 * MAX_PROGRAMS + 2 * MAX_MAPS;
 
@@ -89,6 +89,8 @@ pub struct Health {
     /// Findings the events writer could not write (see `EventsWriter::errors`).
     pub events_write_errors: u64,
     pub recorder: RecorderHealth,
+    /// How long the last snapshot pass over every network namespace took, seconds.
+    pub snapshot_seconds: f64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -142,6 +144,7 @@ pub struct HealthSeries {
     recorder_dumps: Family<OutcomeLabels, Counter>,
     recorder_memory: Gauge,
     recorder_conns: Gauge,
+    snapshot_duration: Gauge<f64, AtomicU64>,
     build_info: Family<VersionLabels, Gauge>,
     variants: Family<VariantLabels, Gauge>,
     prog_run_time: Family<ProgLabels, Counter<f64, AtomicU64>>,
@@ -210,6 +213,12 @@ impl HealthSeries {
             self.recorder_memory.clone(),
         );
         r.register("recorder_connections", "Connections with a flight-recorder history", self.recorder_conns.clone());
+        r.register_with_unit(
+            "snapshot_duration",
+            "Time the last snapshot pass (iter/tcp over every network namespace) took",
+            Unit::Seconds,
+            self.snapshot_duration.clone(),
+        );
         r.register("build_info", "Agent version (always 1)", self.build_info.clone());
         r.register("hook_variant_info", "Hook variant in use for each need (always 1)", self.variants.clone());
         r.register_with_unit(
@@ -271,6 +280,7 @@ impl HealthSeries {
         }
         self.recorder_memory.set(r.memory_bytes.min(i64::MAX as u64) as i64);
         self.recorder_conns.set(r.conns.min(i64::MAX as u64) as i64);
+        self.snapshot_duration.set(h.snapshot_seconds);
 
         let variants: HashSet<VariantLabels> = h
             .variants

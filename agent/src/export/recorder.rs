@@ -475,7 +475,10 @@ fn write_dump_via(dump: &ReadyDump, header: &Header, tmp: &Path, fin: &Path) -> 
         let path = path.to_path_buf();
         move |source| RecorderError::Io { path, source }
     };
-    std::fs::create_dir_all(tmp).map_err(io(tmp))?;
+    // 0750: not readable by other local users (the recording holds every segment's numbers).
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o750)
+        .create(tmp)
+        .map_err(io(tmp))?;
     let rec_path = tmp.join("recording.jsonl");
     let mut h = header.clone();
     h.filters = dump.job.cookies.iter().map(|k| k.to_string()).collect();

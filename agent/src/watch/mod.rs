@@ -5,6 +5,7 @@
 //! keys, `term` owns the terminal. `--replay FILE` (hidden) feeds a recording at real speed instead.
 pub mod conn;
 pub mod input;
+pub mod lines;
 pub mod render;
 pub mod replay;
 pub mod state;
@@ -160,7 +161,17 @@ pub async fn run(opts: WatchOpts, events: mpsc::Receiver<WatchInput>) -> anyhow:
         None => events,
     };
     if opts.json || !std::io::stdout().is_terminal() {
-        return run_json(&opts, events, std::io::stdout()).await;
+        // Never blocked by a reader that does not keep up: lines are dropped and counted instead.
+        let mut out = lines::NonBlockingLines::new(std::io::stdout(), 8192)?;
+        let s = run_json(&opts, events, &mut out).await;
+        let (written, dropped) = out.finish(Duration::from_secs(2));
+        if dropped > 0 {
+            eprintln!(
+                "tcpvigil: {dropped} of {} JSON lines dropped: stdout was not read fast enough",
+                written + dropped
+            );
+        }
+        return s;
     }
     let summary = run_tui(&opts, events).await?;
     print!("{summary}");

@@ -22,16 +22,17 @@ impl Daemon {
     /// Start the daemon with `config` (TOML) and wait until its probes are attached and it serves.
     pub fn start(tag: &str, config: &str) -> Daemon {
         let base = std::env::temp_dir().join(format!("tvd-{tag}-{}", std::process::id()));
-        let (events, ready, cfg, dumps) = (
-            base.with_extension("jsonl"),
-            base.with_extension("ready"),
-            base.with_extension("toml"),
-            base.with_extension("dumps"),
-        );
-        for f in [&events, &ready] {
-            let _ = std::fs::remove_file(f);
-        }
+        let (events, dumps) = (base.with_extension("jsonl"), base.with_extension("dumps"));
+        let _ = std::fs::remove_file(&events);
         let _ = std::fs::remove_dir_all(&dumps);
+        Daemon::start_at(tag, config, events, dumps)
+    }
+
+    /// Like `start`, with the events file and dump directory where the test wants them.
+    pub fn start_at(tag: &str, config: &str, events: PathBuf, dumps: PathBuf) -> Daemon {
+        let base = std::env::temp_dir().join(format!("tvd-{tag}-{}", std::process::id()));
+        let (ready, cfg) = (base.with_extension("ready"), base.with_extension("toml"));
+        let _ = std::fs::remove_file(&ready);
         std::fs::write(&cfg, config).expect("write the daemon's config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
             .args(["run", "--listen", "127.0.0.1:0", "--config"])
@@ -76,6 +77,11 @@ impl Daemon {
     pub fn findings(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.events).unwrap_or_default();
         text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    /// The daemon's process id (for signals and /proc).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     /// SIGINT, wait for a clean exit, and return every finding.

@@ -1,5 +1,6 @@
 //! Shared helpers for root integration tests: skip rules, a two-namespace path, MIB counters.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
+pub mod bpfobj;
 pub mod churn;
 pub mod daemon;
 pub mod http;

@@ -11,7 +11,6 @@ pub const TRAMPOLINE: &[(&str, &str)] = &[
     ("sack", "fexit/tcp_sacktag_write_queue"),
     ("lost_retrans", "fentry/tcp_mark_skb_lost"),
     ("rto", "fentry/tcp_retransmit_timer"),
-    ("owner", "fentry/tcp_sendmsg_locked"),
 ];
 
 pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
@@ -46,6 +45,15 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect) -> Result<()> {
         ));
     }
     r.check("check-exit-ok", out.status.success() && v["ok"] == true, &format!("exit {} ok={}", out.status, v["ok"]));
+    // Without /boot/config-$(uname -r) (the guests have none unless TV_VM_BOOT_CONFIG=1) the
+    // loader measures CONFIG_HZ; the programs load either way.
+    let boot_cfg = std::path::Path::new(&format!("/boot/config-{}", crate::sys::kernel_release())).exists();
+    let hz_src = v["hz"]["source"].as_str().unwrap_or("none").to_string();
+    r.check(
+        "check-hz",
+        v["hz"]["hz"].as_u64().is_some_and(|h| h > 0) && (boot_cfg || !hz_src.starts_with("/boot")),
+        &format!("CONFIG_HZ={} from {hz_src} (/boot/config present: {boot_cfg})", v["hz"]["hz"]),
+    );
     let get = |name: &str| needs.iter().find(|n| n["need"] == name).cloned().unwrap_or(Value::Null);
     let variant = |name: &str| get(name)["variant"].as_str().unwrap_or("none").to_string();
 

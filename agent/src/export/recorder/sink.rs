@@ -1,5 +1,6 @@
 //! Writes the recorder's dumps on their own thread (blocking IO and pictures), keeps the dump
 //! directory within `max_dumps` and `max_disk_mib`, and counts every dump written, failed or dropped.
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -123,7 +124,8 @@ impl DumpSink {
     /// Create `dir` if missing, prove it writable, and remove half-written dumps (`.NAME.tmp`)
     /// a previous run left. Called by `start`; callable earlier to refuse a bad dir up front.
     pub fn prepare_dir(dir: &Path) -> Result<(), RecorderError> {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        // 0750: dumps hold every segment of the connections they cover.
+        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir).map_err(io_err(dir))?;
         let probe = dir.join(".tcpvigil-write-test");
         std::fs::write(&probe, b"").map_err(io_err(dir))?;
         let _ = std::fs::remove_file(&probe);

@@ -1,0 +1,127 @@
+//! A full disk under the events file and the dump directory (a small tmpfs, filled): the daemon keeps running,
+//! counts every failed write, keeps counting findings, recovers when space frees, reopens a rotated
+//! events file on SIGHUP; the files it creates are not world-readable.
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::daemon::{series, Daemon};
+use support::*;
+
+/// Sum of every sample of a metric family whose line starts with `prefix`.
+fn sum(text: &str, prefix: &str) -> f64 {
+    series(text)
+        .into_iter()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Tmpfs(PathBuf);
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = sh_ok(&format!("umount -l {}", self.0.display()));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One transfer with a 1.2 s outage in it: a stop, hence findings and a dump.
+fn stop_once(p: &Pair, port: u16) {
+    let mut srv = p.iperf_server(port);
+    let outage = p.outage_after(Duration::from_millis(1200), Duration::from_millis(1200));
+    p.iperf_client(port, 4, &["-b", "50M"]);
+    let _ = outage.join();
+    let _ = srv.wait();
+}
+
+fn wait_for(d: &Daemon, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+    let t = Instant::now();
+    loop {
+        let m = d.scrape().expect("the daemon answers /metrics");
+        if ok(&m) {
+            return m;
+        }
+        assert!(t.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
+}
+
+#[test]
+fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_events_file() {
+    if !require_root("full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_events_file") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tv-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    sh(&format!("mount -t tmpfs -o size=4m tvfull {}", dir.display()));
+    let _fs = Tmpfs(dir.clone());
+    let (events, dumps) = (dir.join("events.jsonl"), dir.join("dumps"));
+    // Dumps written 2 s after a stop ends (default 10 s) keep the test short.
+    let d = Daemon::start_at("full", "[recorder]\nseconds_after = 2.0\n", events.clone(), dumps.clone());
+    // Fill what is left (the daemon has created its files by now).
+    let _ = sh_ok(&format!("dd if=/dev/zero of={}/fill bs=4k", dir.display()));
+    assert!(sh_ok(&format!("! dd if=/dev/zero of={}/probe bs=1 count=1", dir.display())), "the tmpfs is not full");
+
+    let p = Pair::new("f");
+    p.shape(100, 0);
+    stop_once(&p, 6001);
+    let m = wait_for(&d, "a failed events write and the ended stop counted", Duration::from_secs(10), |m| {
+        sum(m, "tcpvigil_events_write_errors_total") >= 1.0 && sum(m, "tcpvigil_stops_total") >= 1.0
+    });
+    let failed_writes = sum(&m, "tcpvigil_events_write_errors_total");
+    let stops_full = sum(&m, "tcpvigil_stops_total");
+    let m = wait_for(&d, "a failed dump counted", Duration::from_secs(40), |m| {
+        sum(m, "tcpvigil_recorder_dumps_total{outcome=\"failed\"") >= 1.0
+    });
+    println!(
+        "disk full: {failed_writes} failed events writes, {} failed dumps, {stops_full} stops counted, events file {} bytes",
+        sum(&m, "tcpvigil_recorder_dumps_total{outcome=\"failed\""),
+        std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0)
+    );
+    assert!(stops_full >= 1.0, "the stop was not counted while the disk was full");
+
+    // Space again: the next findings are written, the next dump too.
+    std::fs::remove_file(dir.join("fill")).expect("free the space");
+    stop_once(&p, 6002);
+    let m = wait_for(&d, "a dump written and the stop counted after space freed", Duration::from_secs(40), |m| {
+        sum(m, "tcpvigil_recorder_dumps_total{outcome=\"written\"") >= 1.0
+            && sum(m, "tcpvigil_stops_total") > stops_full
+    });
+    let lines = std::fs::read_to_string(&events).unwrap_or_default();
+    assert!(!lines.is_empty(), "no finding written after space was freed");
+    for l in lines.lines() {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+    }
+    assert!(sum(&m, "tcpvigil_stops_total") > stops_full, "stops stopped being counted");
+
+    // Rotation: the file is moved away; SIGHUP makes the daemon write a new one.
+    let rotated = dir.join("events.jsonl.1");
+    std::fs::rename(&events, &rotated).expect("rotate");
+    sh(&format!("kill -HUP {}", d.pid().expect("pid")));
+    std::thread::sleep(Duration::from_millis(300));
+    stop_once(&p, 6003);
+    let t = Instant::now();
+    while std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let fresh = std::fs::read_to_string(&events).unwrap_or_default();
+    let old_len = std::fs::read_to_string(&rotated).unwrap_or_default().lines().count();
+    println!("after SIGHUP: {} lines in the new file, {old_len} in the rotated one", fresh.lines().count());
+    assert!(!fresh.is_empty(), "SIGHUP did not reopen the rotated events file");
+    assert_eq!(old_len, lines.lines().count(), "lines went to the rotated file after SIGHUP");
+
+    // Not world-readable: the events file 0640, every dump directory 0750.
+    assert_eq!(mode(&events) & 0o007, 0, "events file mode {:o}", mode(&events));
+    assert_eq!(mode(&dumps) & 0o007, 0, "dump dir mode {:o}", mode(&dumps));
+    for e in std::fs::read_dir(&dumps).expect("dumps").flatten() {
+        assert_eq!(mode(&e.path()) & 0o007, 0, "{} mode {:o}", e.path().display(), mode(&e.path()));
+    }
+    assert!(d.scrape().is_ok(), "the daemon stopped answering");
+    d.stop();
+}
