@@ -222,6 +222,20 @@ impl Conn {
         per_rtt >= 0.75 * f64::from(h.in_flight) * f64::from(h.mss.max(1))
     }
 
+    /// ACKs keep coming while the congestion window grows, with no loss, no timeout and no
+    /// Recovery: the sender ramping up from a small window (after an idle the kernel restarts
+    /// from the initial window; lab fuzz seed 1 run 39: an 8.5 s sender pause at 132 ms RTT, cwnd
+    /// 11 and growing, every segment acknowledged an RTT after it left), not the network holding
+    /// data back (that loses, retransmits or stops acknowledging).
+    fn ramping(&self) -> bool {
+        let e = &self.ev;
+        e.acks >= 2
+            && e.rtos == 0
+            && e.retrans_segs == 0
+            && e.ca_states.iter().all(|&s| s < CA_RECOVERY)
+            && e.min_cwnd.is_some_and(|m| u64::from(self.hold.cwnd) * 2 >= u64::from(m) * 3 && self.hold.cwnd > m)
+    }
+
     /// Owner and cause from what the sender holds and what happened since delivery was healthy.
     /// Timeouts and retransmissions prove data was outstanding, whatever the last look said.
     fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, &'static str) {
@@ -236,7 +250,7 @@ impl Conn {
             // ACKs keep coming and each opens the window by a trickle: a receiver reading slowly,
             // not a network losing data (that would retransmit or time out).
             StopOwner::Receiver
-        } else if e.acks > 0 && (self.hold.sender_held() || self.flight_cleared_each_rtt()) {
+        } else if e.acks > 0 && (self.hold.sender_held() || self.flight_cleared_each_rtt() || self.ramping()) {
             // ACKs keep acknowledging the little that is out while data waits with cwnd and window
             // to spare: the sending host trickles (lab fuzz seed 1 run 3: 4 segments per RTT, each
             // acknowledged one RTT later, 12 MB waiting, cwnd 2396), nothing is stuck in the network.
@@ -1057,6 +1071,37 @@ mod tests {
         // The same trickle with the flight filling cwnd is delivery collapsing in the network.
         let out = trickle(80, 80);
         assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
+    }
+
+    #[test]
+    fn a_sender_ramping_up_from_a_small_window_is_no_network_stop() {
+        // After healthy delivery the sender starts again from cwnd 10 (as after an idle) at
+        // 132 ms RTT: each RTT the ACKs acknowledge the last window and cwnd doubles.
+        let ramp = |grows: bool| {
+            let mut d = StopDetector::new(StopConfig::default());
+            let mut out = vec![];
+            let (mut t, mut acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+            let mut cwnd = 10u32;
+            for _ in 0..6 {
+                run_ticks(&mut d, &mut out, t, t + 130 * MS);
+                t += 132 * MS;
+                acked += u64::from(cwnd / 2) * 1448;
+                let mut s = super::tests_support::sample(acked);
+                (s.packets_out, s.cwnd, s.write_queue, s.snd_wnd, s.srtt_us) =
+                    (cwnd, cwnd, 12 << 20, 10 << 20, 132_000);
+                s.snd_nxt = s.snd_una.wrapping_add(cwnd * 1448);
+                d.observe(&ev(t, Body::Sample(s)), &mut out);
+                if grows {
+                    cwnd *= 2;
+                }
+            }
+            out
+        };
+        let out = ramp(true);
+        assert!(out.iter().all(|f| f.owner != Some(StopOwner::Network)), "a ramp is the sender's: {out:?}");
+        // Half of a window that does not grow acknowledged per RTT: the network holds data back.
+        let out = ramp(false);
+        assert!(out.iter().any(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
     }
 
     #[test]
