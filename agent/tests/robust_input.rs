@@ -223,11 +223,12 @@ fn hostile_files_get_exit_2_and_a_clear_message_from_analyze_and_plot() {
         .expect("fixture");
     let cut = tmp("cut.jsonl.gz");
     std::fs::write(&cut, &gz[..gz.len() / 2]).expect("write");
-    // Out of order: the fixture with one late event moved 5 s back.
+    // Out of order: one event of the fixture moved 100 s ahead, so the next is 100 s back in time
+    // (past the bound of one snapshot interval a pending sample may arrive late).
     let text = String::from_utf8(fixture("outage.jsonl.gz")).expect("utf8");
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let mut v: serde_json::Value = serde_json::from_str(&lines[300]).expect("event");
-    v["ts_ns"] = (v["ts_ns"].as_u64().expect("ts") - 5_000_000_000).into();
+    v["ts_ns"] = (v["ts_ns"].as_u64().expect("ts") + 100_000_000_000).into();
     lines[300] = v.to_string();
     let ooo = tmp("ooo.jsonl");
     std::fs::write(&ooo, lines.join("\n") + "\n").expect("write");
