@@ -165,8 +165,8 @@ def fleet():
               [target(f"sum by (instance, scope) (tcpvigil_path_events_in_progress{{{SEL}}})", "{{instance}} {{scope}}")],
               "short", 0, y),
         panel("timeseries", "Hosts stopping towards one prefix",
-              "How many hosts had a network stop towards each remote prefix in the last minute: two or more is one path event across hosts.",
-              [target("prefix:tcpvigil_stopping_instances:count1m", "{{prefix}}")], "short", 12, y),
+              "How many of the selected hosts had a network stop towards each remote prefix in the last minute: two or more is one path event across hosts (the expression of the recording rule prefix:tcpvigil_stopping_instances:count1m, which the TcpvigilPathEventAcrossHosts alert reads, limited to the selected job and hosts).",
+              [target(f"count by (prefix) (max_over_time(tcpvigil_prefix_stops_in_progress{{{SEL}}}[1m]) > 0)", "{{prefix}}")], "short", 12, y),
     ]
     y += 8
     ps.append(row("Throughput, fairness, limits", y))

@@ -79,7 +79,10 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && 
 metrics=$(curl -sf "http://127.0.0.1:$port/metrics") || { podman logs "$name" | tail -20; fail "scrape"; }
 n=$(grep -c '^tcpvigil_' <<<"$metrics" || true)
 [[ $n -gt 10 ]] || fail "only $n series"
-podman logs "$name" 2>&1 | head -1 | python3 -c 'import json,sys; json.loads(sys.stdin.readline())' || fail "--log-format json"
+# The log to a file first: `podman logs | head -1` under pipefail fails whenever head exits before
+# podman has written everything (SIGPIPE), as it did in CI.
+podman logs "$name" > "$work/log" 2>&1
+head -1 "$work/log" | python3 -c 'import json,sys; json.loads(sys.stdin.readline())' || { head -3 "$work/log"; fail "--log-format json"; }
 podman stop -t 15 "$name" >/dev/null
 code=$(podman inspect "$name" --format '{{.State.ExitCode}}')
 [[ $code == 0 ]] || { podman logs "$name" | tail; fail "exit code $code on SIGTERM"; }

@@ -21,11 +21,13 @@ if [[ -z $deb ]]; then
 fi
 deb=$(readlink -f "$deb")
 name=tcpvigil-systemd-$$
-trap 'podman rm -f "$name" >/dev/null 2>&1 || true' EXIT
+work_log=$(mktemp)
+trap 'podman rm -f "$name" >/dev/null 2>&1 || true; rm -f "$work_log"' EXIT
 podman run -d --name "$name" --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
 	--systemd=always --tmpfs /tmp:rw,mode=1777,notmpcopyup --tmpfs /run:rw,notmpcopyup \
 	--tmpfs /var/log/journal:rw,notmpcopyup --network none \
-	--cap-add SYS_ADMIN,BPF,PERFMON,NET_ADMIN,SYS_PTRACE --rootfs /:O /lib/systemd/systemd >/dev/null
+	--cap-add SYS_ADMIN,BPF,PERFMON,NET_ADMIN,SYS_PTRACE --volume "$(dirname "$deb")":/tv-deb:ro \
+	--rootfs /:O /lib/systemd/systemd >/dev/null
 ct() { podman exec "$name" "$@"; }
 for _ in $(seq 60); do
 	s=$(ct systemctl is-system-running 2>/dev/null || true)
@@ -38,7 +40,8 @@ ok "systemd is PID 1 of the container ($s)"
 # overlayfs refuses (EXDEV): start from a clean slate (in the overlay only).
 ct rm -rf /var/lib/tcpvigil /var/lib/private/tcpvigil /etc/tcpvigil /var/log/tcpvigil
 
-ct dpkg -i "$deb" >/dev/null 2>&1 || fail "dpkg -i"
+# The package through a volume: the container's /tmp is its own, and a checkout may live under the host's.
+ct dpkg -i "/tv-deb/$(basename "$deb")" >"$work_log" 2>&1 || { tail -20 "$work_log"; fail "dpkg -i"; }
 for _ in $(seq 60); do [[ $(ct systemctl is-active tcpvigil || true) == active ]] && break; sleep 0.5; done
 [[ $(ct systemctl is-active tcpvigil || true) == active ]] || fail "not active after install"
 [[ $(ct systemctl is-enabled tcpvigil || true) == enabled ]] || fail "not enabled after install"

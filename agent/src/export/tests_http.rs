@@ -219,7 +219,11 @@ async fn serve_synthetic_metrics_for_prometheus() {
             }),
         ));
         if k == 1 {
-            m.on_finding(&finding(FindingKind::Stop, 0, "cwnd_collapse", true, None));
+            // A network stop towards a remote prefix: the per-prefix gauge the path-event rules read.
+            m.on_finding(&Finding {
+                evidence: json!({"remote_prefix": "10.1.0.0/24"}),
+                ..finding(FindingKind::Stop, 0, "cwnd_collapse", true, None)
+            });
             m.on_finding(&finding(FindingKind::Limit, 1, "rwnd_limited", true, None));
             m.on_finding(&Finding {
                 group: Some("iperf3->10.1.0.1".into()),
