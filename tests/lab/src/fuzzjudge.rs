@@ -222,7 +222,11 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
             v.cells.push(("none".into(), g.label()));
             let what =
                 format!("{l}->{r} reported stop from {:.3} for {:.2}s {:?}", g.start, g.end - g.start, g.reports);
-            if !f.had_stop() {
+            if g.reports.iter().all(|(o, _)| o == "network") && f.slow_delivery(g.start, g.end) {
+                // No stall by the strict truth, but almost nothing delivered with data in flight.
+                v.cells.last_mut().expect("pushed above").0 = "network/slow_delivery".into();
+                v.notes.push(format!("{what}: the capture shows almost nothing delivered inside it"));
+            } else if !f.had_stop() {
                 v.failures.push(format!("{what}: a stop on a transfer that had none"));
             } else if g.reports.iter().any(|(o, _)| o == "network") {
                 v.failures.push(format!("{what}: a network stop where the capture shows delivery"));
@@ -344,6 +348,7 @@ mod tests {
             mss: 1448,
             saw_syn: true,
             stalls,
+            delivery: vec![],
         }
     }
 
@@ -444,6 +449,30 @@ mod tests {
         assert_eq!(v.failures.len(), 1);
         assert_eq!(v.cells.last().unwrap().0, "none");
         assert!(judge(&[f], &[], 0.02).failures.is_empty());
+    }
+
+    #[test]
+    fn a_network_stop_over_almost_nothing_delivered_passes_and_one_over_delivery_fails() {
+        // 25 MB/s until T0 + 2, then one segment per 20 ms RTT with data in flight until T0 + 2.5.
+        let mut f = flow(vec![]);
+        let mut acked = 0u64;
+        for k in 0..=200 {
+            acked += 250_000;
+            f.delivery.push((T0 + k as f64 * 0.01, acked, true, 0.02));
+        }
+        for k in 1..=25 {
+            acked += 1448;
+            f.delivery.push((T0 + 2.0 + k as f64 * 0.02, acked, true, 0.02));
+        }
+        for k in 1..=100 {
+            acked += 250_000;
+            f.delivery.push((T0 + 2.5 + k as f64 * 0.01, acked, true, 0.02));
+        }
+        let slow = judge(&[f.clone()], &[stop("network", "cwnd_collapse", T0 + 1.98, T0 + 2.2, Some(0.55))], 0.02);
+        assert!(slow.failures.is_empty(), "{:?}", slow.failures);
+        assert_eq!(slow.cells[0].0, "network/slow_delivery");
+        let healthy = judge(&[f], &[stop("network", "unknown", T0 + 2.6, T0 + 2.8, Some(0.3))], 0.02);
+        assert_eq!(healthy.failures.len(), 1, "{:?}", healthy.failures);
     }
 
     #[test]
