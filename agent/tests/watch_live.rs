@@ -532,7 +532,7 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
     let tag = std::process::id();
     let (rec_path, json_path) = (dir.join(format!("tvw-rec-{tag}.jsonl")), dir.join(format!("tvw-watch-{tag}.jsonl")));
     let (rp, jp) = (rec_path.clone(), json_path.clone());
-    let (truth, flow) = outage_run(
+    let (truth, (flow, misses)) = outage_run(
         move |ns, dst| {
             std::thread::spawn(move || {
                 let flow = find_flow(&ns, &dst, Duration::from_secs(20)).expect("iperf3's data connection");
@@ -568,13 +568,20 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
                     nix::sys::signal::Signal::SIGINT,
                 );
                 let out = rec.wait_with_output().unwrap();
-                eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim());
+                let log = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                eprintln!("{log}");
                 assert!(out.status.success(), "record failed");
                 assert!(
                     status.is_some_and(|s| s.success()),
                     "watch --json did not end with the connection: {status:?}"
                 );
-                flow
+                // "N runs of tp_btf/tcp_probe skipped by the kernel (recursion)": runs record missed.
+                let misses: usize = log
+                    .split(',')
+                    .find(|p| p.contains("tcp_probe skipped"))
+                    .and_then(|p| p.split_whitespace().next()?.parse().ok())
+                    .unwrap_or(0);
+                (flow, misses)
             })
         },
         |h, _| h.join().expect("the runner thread"),
@@ -623,9 +630,12 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
             lone_other.len()
         );
         assert!(samples > 2000, "{label}: only {samples} per-ACK samples");
+        // A tcp_probe run the kernel skips (recursion, counted by record) keeps an ACK pending and
+        // can shift the sampling cadence for a few ACKs: up to 8 samples each (CI: 201 of 27,294
+        // unpaired with 31 skipped runs), beside 0.5 % for the rest.
         assert!(
-            lone_samples * 200 <= samples,
-            "{label}: {lone_samples} of {samples} samples missing on the other side, e.g. {:?}",
+            lone_samples * 200 <= samples + 200 * 8 * misses,
+            "{label}: {lone_samples} of {samples} samples missing on the other side ({misses} tcp_probe runs skipped), e.g. {:?}",
             lone.first()
         );
         assert!(lone_other.is_empty(), "{label}: events missing on the other side: {lone_other:#?}");
