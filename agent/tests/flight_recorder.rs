@@ -281,7 +281,20 @@ fn parallel_4_unfair_group_gets_one_dump_with_every_stream() {
         mine.len() - unfair.len(),
         dumps.len()
     );
-    assert!(!unfair.is_empty(), "one stream far behind (Jain {jain:.3}) but no unfair group was reported");
+    // (A CI run once failed here with a dump written; the findings are printed to tell whether the
+    // unfair finding was missing or named a connection outside the senders' namespaces.)
+    let all_unfair: Vec<String> = all
+        .iter()
+        .filter(|f| f["kind"] == "unfair")
+        .map(|f| format!("{} netns {} group {}", f["conn"]["local"], f["conn"]["netns"], f["group"]))
+        .collect();
+    assert!(
+        !unfair.is_empty(),
+        "one stream far behind (Jain {jain:.3}) but no unfair group was reported; unfair findings of any \
+         connection: {all_unfair:?}, senders' namespaces {:?}, dumps {:?}",
+        senders_netns(&truth),
+        dumps.iter().map(|d| (d.finding.group.clone(), d.netns())).collect::<Vec<_>>()
+    );
     let pairs = pair_findings_and_dumps(&mine, &dumps, &truth);
     let senders = senders_netns(&truth);
     for (i, (f, d)) in pairs.into_iter().enumerate() {
