@@ -119,13 +119,19 @@ fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_even
     std::thread::sleep(Duration::from_millis(300));
     stop_once(&p, 6003);
     let t = Instant::now();
-    while std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed() < Duration::from_secs(10) {
+    while std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(200));
     }
     let fresh = std::fs::read_to_string(&events).unwrap_or_default();
     let old_len = std::fs::read_to_string(&rotated).unwrap_or_default().lines().count();
     println!("after SIGHUP: {} lines in the new file, {old_len} in the rotated one", fresh.lines().count());
-    assert!(!fresh.is_empty(), "SIGHUP did not reopen the rotated events file");
+    // (A CI run once wrote nothing within 10 s here; the counters tell a missing stop from a failed write.)
+    let counters: Vec<String> = series(&d.scrape().unwrap_or_default())
+        .into_iter()
+        .filter(|l| l.starts_with("tcpvigil_events_write") || l.starts_with("tcpvigil_stops"))
+        .map(str::to_string)
+        .collect();
+    assert!(!fresh.is_empty(), "SIGHUP did not reopen the rotated events file; counters: {counters:?}");
     assert_eq!(old_len, lines.lines().count(), "lines went to the rotated file after SIGHUP");
 
     // Not world-readable: the events file 0640, every dump directory 0750.
