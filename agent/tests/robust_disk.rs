@@ -27,11 +27,14 @@ impl Drop for Tmpfs {
     }
 }
 
-/// One transfer with a 1.2 s outage in it: a stop, hence findings and a dump.
+/// One transfer with a 2 s outage in it: a stop, hence findings and a dump. At full speed: with
+/// `-b 50M` (an application-limited sender whose pipe drains between bursts) the daemon missed the
+/// outage of a later transfer in 2 of about 8 runs, an open finding of the stop detector (issue 11)
+/// that this test of the disk is not the place to prove.
 fn stop_once(p: &Pair, port: u16) {
     let mut srv = p.iperf_server(port);
-    let outage = p.outage_after(Duration::from_millis(1200), Duration::from_millis(1200));
-    p.iperf_client(port, 4, &["-b", "50M"]);
+    let outage = p.outage_after(Duration::from_millis(1200), Duration::from_millis(2000));
+    p.iperf_client(port, 5, &[]);
     let _ = outage.join();
     let _ = srv.wait();
 }
