@@ -171,7 +171,11 @@ impl Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
-        let _ = sh_ok(&format!("ip netns del {}; ip netns del {}", self.snd, self.rcv));
+        // Processes a test left inside (a server never waited for) would keep the namespace and its
+        // connections alive after `ip netns del`, for the next tests' daemons to see.
+        for ns in [&self.snd, &self.rcv] {
+            let _ = sh_ok(&format!("ip netns pids {ns} | xargs -r kill -9; ip netns del {ns}"));
+        }
     }
 }
 
