@@ -27,10 +27,8 @@ impl Drop for Tmpfs {
     }
 }
 
-/// One transfer with a 2 s outage in it: a stop, hence findings and a dump. At full speed: with
-/// `-b 50M` (an application-limited sender whose pipe drains between bursts) the daemon missed the
-/// outage of a later transfer in 2 of about 8 runs, an open finding of the stop detector (issue 11)
-/// that this test of the disk is not the place to prove.
+/// One transfer with a 2 s outage in it: a stop, hence findings and a dump. (Outages of an
+/// application-limited sender, `-b 50M`, are proven in app_limited_outage.rs.)
 fn stop_once(p: &Pair, port: u16) {
     let mut srv = p.iperf_server(port);
     let outage = p.outage_after(Duration::from_millis(1200), Duration::from_millis(2000));
