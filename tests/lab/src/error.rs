@@ -4,7 +4,7 @@ use std::io;
 /// Errors raised by the lab library.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    /// An external command (ip, tc, nft, iperf3, ...) could not start or failed.
+    /// An external command (ip, tc, nft, iptables, iperf3, ...) could not start or failed.
     #[error("command `{cmd}` failed: {detail}")]
     Command { cmd: String, detail: String },
     /// A system call or file operation failed.

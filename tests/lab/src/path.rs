@@ -20,11 +20,17 @@ pub enum Dir {
 }
 
 impl Dir {
-    /// nft input-interface pattern on the router for packets going this way.
+    /// nft / iptables input-interface patterns on the router for packets going this way.
     fn iif_nft(self) -> &'static str {
         match self {
             Dir::Forward => "s*",
             Dir::Reverse => "r*",
+        }
+    }
+    fn iif_ipt(self) -> &'static str {
+        match self {
+            Dir::Forward => "s+",
+            Dir::Reverse => "r+",
         }
     }
     fn queue(self) -> u16 {
@@ -155,8 +161,9 @@ pub struct AppliedPath {
 const TABLE: &str = "inet tvl";
 /// Loss and outages (priority -10, before the delay line).
 const CHAIN: &str = "path";
-/// The delay line's `queue` rules (priority 0, where iptables' FORWARD chain would be).
-const DELAY_CHAIN: &str = "delay";
+/// The delay line's `-j NFQUEUE` rules go in the FORWARD chain of both: this kernel has no nft
+/// `queue` expression (CONFIG_NFT_QUEUE unset), only the xtables NFQUEUE target.
+const QUEUE_TOOLS: [&str; 2] = ["iptables", "ip6tables"];
 
 fn nft(ns: &str, rule: &str) -> Result<String> {
     cmd::run_in(ns, &["nft", "--echo", "--handle", rule])
@@ -170,10 +177,10 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
     let rev_ifs: Vec<String> = topo.senders.iter().map(|h| h.router_ifname.clone()).collect();
     let mut applied = AppliedPath { router: r.clone(), fwd_ifs: fwd_ifs.clone(), delays: Vec::new(), retx: false };
     cmd::run_in(&r, &["nft", &format!("add table {TABLE}")])?;
-    for (chain, prio) in [(CHAIN, -10), (DELAY_CHAIN, 0)] {
-        let spec = format!("add chain {TABLE} {chain} {{ type filter hook forward priority {prio}; policy accept; }}");
-        cmd::run_in(&r, &["nft", &spec])?;
-    }
+    cmd::run_in(
+        &r,
+        &["nft", &format!("add chain {TABLE} {CHAIN} {{ type filter hook forward priority -10; policy accept; }}")],
+    )?;
     for (dir, d, ifs) in [(Dir::Forward, &cfg.forward, &fwd_ifs), (Dir::Reverse, &cfg.reverse, &rev_ifs)] {
         let iif = dir.iif_nft();
         let name = format!("{dir:?}").to_lowercase();
@@ -202,8 +209,10 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
                 .map(|p| Policer { rate_bytes_per_s: p.rate_mbit * 1e6 / 8.0, burst_bytes: p.burst_bytes as f64 });
             let line = DelayLine::start(&r, dir.queue(), Duration::from_secs_f64(d.delay_ms / 1000.0), police)?;
             applied.delays.push((dir, line));
-            let (iif, q) = (dir.iif_nft(), dir.queue());
-            cmd::run_in(&r, &["nft", &format!("add rule {TABLE} {DELAY_CHAIN} iifname \"{iif}\" queue num {q}")])?;
+            let q = dir.queue().to_string();
+            for tool in QUEUE_TOOLS {
+                cmd::run_in(&r, &[tool, "-A", "FORWARD", "-i", dir.iif_ipt(), "-j", "NFQUEUE", "--queue-num", &q])?;
+            }
         }
     }
     if let Some(l) = cfg.lossy_sender {
@@ -344,7 +353,9 @@ impl AppliedPath {
 
     /// Removes the queue rules and stops the delay lines, returning their statistics.
     pub fn stop_delay(&mut self) -> Vec<DelayStats> {
-        cmd::run_in_quiet(&self.router, &["nft", &format!("flush chain {TABLE} {DELAY_CHAIN}")]);
+        for tool in QUEUE_TOOLS {
+            cmd::run_in_quiet(&self.router, &[tool, "-F", "FORWARD"]);
+        }
         self.delays.drain(..).filter_map(|(_, d)| d.stop().ok()).collect()
     }
 }
