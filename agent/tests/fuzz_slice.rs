@@ -25,6 +25,7 @@ fn a_fixed_seed_slice_of_randomized_runs_is_diagnosed_as_the_capture_shows() {
         out_dir: out.clone(),
         keep: false,
         progress: true,
+        family: None,
     };
     let started = std::time::Instant::now();
     let (matrix, reports) = campaign(&opts, |r| {

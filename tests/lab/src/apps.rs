@@ -137,7 +137,7 @@ pub fn start(lab: &Lab, spec: &AppSpec, dir: &Path) -> Result<Servers> {
                 py.display().to_string(),
                 "recv".into(),
                 "--bind".into(),
-                r.addr.to_string(),
+                lab.addr(r).to_string(),
                 "--port".into(),
                 port.clone(),
                 "--streams".into(),
@@ -162,7 +162,7 @@ pub fn start(lab: &Lab, spec: &AppSpec, dir: &Path) -> Result<Servers> {
             let f = std::fs::File::create(www.join("blob.bin")).map_err(|e| LabError::io("create blob.bin", e))?;
             f.set_len(bytes).map_err(|e| LabError::io("size blob.bin", e))?;
             let w = www.display().to_string();
-            let addr = s.addr.to_string();
+            let addr = lab.addr(s).to_string();
             let c =
                 cmd::spawn_in(&s.netns, &["python3", "-m", "http.server", &port, "--bind", &addr, "--directory", &w])?;
             wait_listening(&s.netns, spec.port)?;
@@ -197,7 +197,7 @@ pub fn run(
                 py,
                 "send".into(),
                 "--to".into(),
-                r.addr.to_string(),
+                lab.addr(r).to_string(),
                 "--port".into(),
                 spec.port.to_string(),
                 "--streams".into(),
@@ -224,7 +224,7 @@ pub fn run(
             }
         }
         App::Http => {
-            let url = format!("http://{}:{}/blob.bin", url_host(&s.addr.into()), spec.port);
+            let url = format!("http://{}:{}/blob.bin", url_host(&lab.addr(s)), spec.port);
             let max = format!("{:.0}", spec.duration_s + 30.0);
             let mut clients = Vec::new();
             for _ in 0..spec.streams.max(1) {

@@ -1,4 +1,4 @@
-//! Running the external tools the lab drives (ip, tc, nft, iptables, iperf3, ss, nstat) with errors that say what failed.
+//! Running the external tools the lab drives (ip, tc, nft, ip(6)tables, iperf3, ss, nstat) with errors that say what failed.
 use crate::error::{LabError, Result};
 use std::process::{Child, Command, Stdio};
 

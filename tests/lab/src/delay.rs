@@ -83,7 +83,7 @@ const SLACK_NS: u64 = 10_000;
 
 impl DelayLine {
     /// Starts a delay line on NFQUEUE `queue` inside network namespace `ns`, holding each packet `delay`.
-    /// Returns once the queue is bound, so an iptables rule added afterwards never finds it missing.
+    /// Returns once the queue is bound, so an NFQUEUE rule added afterwards never finds it missing.
     pub fn start(ns: &str, queue: u16, delay: Duration, police: Option<Policer>) -> Result<DelayLine> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Result<()>>();

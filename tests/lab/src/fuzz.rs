@@ -1,262 +1,13 @@
-//! `lab fuzz`: randomized scenarios (seeded), each run beside the live daemon and judged against the truth of a capture at the sender.
-use crate::apps::{App, AppSpec};
+//! `lab fuzz`: randomized scenarios (seeded, `fuzzplan`), each run beside the live daemon and judged against the truth of a capture at the sender.
 use crate::daemon::Daemon;
 use crate::error::{LabError, Result};
 use crate::fuzzjudge::{judge, Matrix, Verdict};
-use crate::lab::LabConfig;
-use crate::path::{Dir, PathConfig, Shape};
-use crate::scenario::{Event, Scenario, Side};
+pub use crate::fuzzplan::{draw, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
 use crate::stalls::{self, FlowTruth};
-use crate::topo::TopoConfig;
-use crate::traffic::{IperfFlow, Traffic};
+use crate::topo::Family;
 use crate::RunOptions;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// The highest bottleneck drawn. The issue asks for up to 2 Gbit/s; on this 2-core machine the
-/// delay line, the capture at the sender and the daemon share the cores with the traffic, and
-/// above ~600 Mbit/s the run measures the CPU, not the path (README: 500 Mbit/s carried with the
-/// RTT within 5 %).
-pub const MAX_RATE_MBIT: f64 = 600.0;
-
-/// splitmix64: small, seedable, the same on every machine.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-    /// Log-uniform in [lo, hi]: as many short values as long ones per decade.
-    pub fn log_uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        (lo.ln() + (hi.ln() - lo.ln()) * self.unit()).exp()
-    }
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
-/// Which client carries the data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Client {
-    Iperf3,
-    Socket,
-    Http,
-}
-
-/// One drawn run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
-    pub seed: u64,
-    pub run: u32,
-    pub rtt_ms: u32,
-    pub rate_mbit: u32,
-    pub queue_bytes: u64,
-    pub loss_pct: f64,
-    pub client: Client,
-    pub streams: u32,
-    /// (at, for, dir: None both ways)
-    pub outage: Option<(f64, f64, Option<Dir>)>,
-    pub recv_pause: Option<(f64, f64)>,
-    pub send_pause: Option<(f64, f64)>,
-    /// How long the clients send (iperf3 -t, socket --seconds); http: the download's size decides.
-    pub duration_s: f64,
-    /// Http: the file's size.
-    pub bytes: Option<u64>,
-}
-
-fn round(x: f64, step: f64) -> f64 {
-    (x / step).round() * step
-}
-
-/// When the first retransmission after an outage of `len` s gets through: RTOs back off from
-/// `rto0` (200 ms + RTT), doubling.
-pub fn first_retry_after(len: f64, rto0: f64) -> f64 {
-    let (mut t, mut rto) = (0.0, rto0);
-    while t < len {
-        t += rto;
-        rto = (rto * 2.0).min(120.0);
-    }
-    t - len
-}
-
-/// Draws run `run` of campaign `seed`; `max_s` caps the traffic's length (CI's slice), shortening
-/// outages and pauses to fit.
-pub fn draw(seed: u64, run: u32, max_s: f64) -> Plan {
-    let mut r = Rng::new(seed ^ u64::from(run).wrapping_mul(0xd6e8_feb8_6659_fd93));
-    let rtt_ms = r.log_uniform(5.0, 200.0).round() as u32;
-    let rate_mbit = r.log_uniform(20.0, MAX_RATE_MBIT).round() as u32;
-    let bdp = f64::from(rate_mbit) * 1e6 / 8.0 * f64::from(rtt_ms) / 1e3;
-    let queue_bytes = (bdp * r.uniform(0.25, 2.0)).clamp(30_000.0, 20e6).round() as u64;
-    let loss_pct = if r.chance(0.3) { round(r.log_uniform(0.01, 0.5), 0.001) } else { 0.0 };
-    let client = [Client::Iperf3, Client::Socket, Client::Http][r.below(3) as usize];
-    let streams = if r.chance(0.6) { 1 } else { 2 + r.below(3) as u32 };
-    let rto0 = 0.2 + f64::from(rtt_ms) / 1e3;
-    let room = (max_s - 5.0).max(0.5);
-    let (mut outage, mut recv_pause, mut send_pause) = (None, None, None);
-    let mut tail: f64 = 0.0;
-    let what = r.unit();
-    let second = r.chance(0.2);
-    let mut pick = |k: f64, r: &mut Rng| {
-        let at = round(r.uniform(2.0, 4.0), 0.01);
-        if k < 0.35 {
-            let len = round(r.log_uniform(0.5, 20.0).min(room / 2.0), 0.01);
-            let dir = [None, Some(Dir::Forward), Some(Dir::Reverse)][r.below(3) as usize];
-            outage = Some((at, len, dir));
-            tail = tail.max(at + len + first_retry_after(len, rto0));
-        } else if k < 0.7 {
-            let len = round(r.log_uniform(0.5, 30.0).min(room), 0.01);
-            recv_pause = Some((at, len));
-            tail = tail.max(at + len);
-        } else if k < 0.9 {
-            let len = round(r.log_uniform(0.5, 10.0).min(room), 0.01);
-            send_pause = Some((at, len));
-            tail = tail.max(at + len);
-        }
-    };
-    pick(what, &mut r);
-    if second {
-        let k = r.unit();
-        pick(k, &mut r);
-    }
-    let duration_s = round((tail + 3.0).max(8.0).min(max_s.max(8.0)), 0.1);
-    // The download's size: about 6 s at what the path can carry (the bottleneck, or Mathis' bound
-    // under random loss, or a 16 MB window per RTT), 2-600 MB.
-    let bytes = (client == Client::Http).then(|| {
-        let rtt = f64::from(rtt_ms) / 1e3;
-        let mathis = if loss_pct > 0.0 { 1.22 * 1448.0 * 8.0 / (rtt * (loss_pct / 100.0).sqrt()) } else { f64::MAX };
-        let bps = (f64::from(rate_mbit) * 1e6 * 0.8).min(mathis).min(16e6 * 8.0 / rtt);
-        ((bps / 8.0 * 6.0 / f64::from(streams)).clamp(2e6, 600e6)) as u64
-    });
-    Plan {
-        seed,
-        run,
-        rtt_ms,
-        rate_mbit,
-        queue_bytes,
-        loss_pct,
-        client,
-        streams,
-        outage,
-        recv_pause,
-        send_pause,
-        duration_s,
-        bytes,
-    }
-}
-
-impl Plan {
-    /// One line: what this run does.
-    pub fn describe(&self) -> String {
-        let mut s = format!(
-            "{:?} x{} rtt {} ms, {} Mbit/s, queue {} kB, loss {:.3} %, {:.1} s",
-            self.client,
-            self.streams,
-            self.rtt_ms,
-            self.rate_mbit,
-            self.queue_bytes / 1000,
-            self.loss_pct,
-            self.duration_s
-        );
-        if let Some(b) = self.bytes {
-            s += &format!(" ({} MB file)", b / 1_000_000);
-        }
-        if let Some((at, len, dir)) = self.outage {
-            s += &format!(
-                ", outage {} {len:.2} s at {at:.2}",
-                dir.map(|d| format!("{d:?}").to_lowercase()).unwrap_or("both".into())
-            );
-        }
-        if let Some((at, len)) = self.recv_pause {
-            s += &format!(", receiver pause {len:.2} s at {at:.2}");
-        }
-        if let Some((at, len)) = self.send_pause {
-            s += &format!(", sender pause {len:.2} s at {at:.2}");
-        }
-        s
-    }
-
-    /// The lab scenario of this plan.
-    pub fn scenario(&self) -> Scenario {
-        let mut path = PathConfig::with_rtt(f64::from(self.rtt_ms));
-        path.forward.shape = Some(Shape {
-            rate_mbit: f64::from(self.rate_mbit),
-            burst_bytes: None,
-            limit_bytes: Some(self.queue_bytes),
-        });
-        path.forward.loss_ppm = (self.loss_pct * 10_000.0).round() as u32;
-        let mut lab = LabConfig {
-            topo: TopoConfig { senders: 1, ..TopoConfig::default() },
-            path,
-            trim_delay: true,
-            ..LabConfig::default()
-        };
-        let max = (16u64 << 20).to_string();
-        let kv = |k: &str, v: String| (k.to_string(), v);
-        lab.sender_sysctls.push(kv("net.ipv4.tcp_wmem", format!("4096 16384 {max}")));
-        lab.sender_sysctls.push(kv("net.core.wmem_max", max.clone()));
-        lab.receiver_sysctls.push(kv("net.ipv4.tcp_rmem", format!("4096 131072 {max}")));
-        lab.receiver_sysctls.push(kv("net.core.rmem_max", max));
-        let traffic = match self.client {
-            Client::Iperf3 => Traffic::Iperf {
-                flows: vec![IperfFlow { sender: 0, receiver: 0, streams: self.streams, start_offset_ms: 0.0 }],
-                duration_s: self.duration_s,
-                bytes: None,
-                cc: Some("cubic".into()),
-            },
-            Client::Socket | Client::Http => Traffic::App(AppSpec {
-                app: if self.client == Client::Socket { App::Socket } else { App::Http },
-                sender: 0,
-                receiver: 0,
-                streams: self.streams,
-                duration_s: self.duration_s,
-                bytes: self.bytes,
-                recv_pause: None,
-                rcvbuf: None,
-                port: 8080,
-            }),
-        };
-        let mut events = Vec::new();
-        if let Some((at_s, for_s, dir)) = self.outage {
-            events.push(Event::Outage { at_s, for_s, dir, receiver: None });
-        }
-        if let Some((at_s, for_s)) = self.recv_pause {
-            events.push(Event::AppPause { at_s, for_s, side: Side::Receiver });
-        }
-        if let Some((at_s, for_s)) = self.send_pause {
-            events.push(Event::AppPause { at_s, for_s, side: Side::Sender });
-        }
-        Scenario {
-            name: format!("fuzz-{}-{}", self.seed, self.run),
-            summary: self.describe(),
-            paper: None,
-            doc: "drawn by lab fuzz; judged against the capture at the sender".into(),
-            lab,
-            traffic,
-            events,
-            expected: Vec::new(),
-        }
-    }
-}
 
 /// How to run a campaign.
 #[derive(Debug, Clone)]
@@ -271,6 +22,9 @@ pub struct FuzzOptions {
     pub out_dir: PathBuf,
     pub keep: bool,
     pub progress: bool,
+    /// Run every plan over this family instead of the drawn one (e.g. v4 to replay a campaign of
+    /// the IPv4-only lab exactly).
+    pub family: Option<Family>,
 }
 
 /// One judged run.
@@ -289,6 +43,37 @@ impl RunReport {
     pub fn failed(&self) -> bool {
         self.error.is_some() || !self.verdict.failures.is_empty()
     }
+}
+
+/// A run judged: the truth of its capture, the daemon's findings about it, the verdict.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub flows: Vec<FlowTruth>,
+    pub findings: Vec<serde_json::Value>,
+    pub verdict: Verdict,
+}
+
+/// Judges a finished run (its truth with a capture) against `all` the daemon wrote meanwhile: the
+/// findings about its sender namespaces since the lab came up, the capture's connections of the
+/// senders' addresses of either family. Err says why nothing could be judged.
+pub fn judge_run(truth: &crate::Truth, all: Vec<serde_json::Value>, rtt_s: f64) -> std::result::Result<Judged, String> {
+    let inos: Vec<u64> = truth.senders.iter().map(|h| h.netns_ino).collect();
+    let up = truth.lab_up.unix_ns as f64 / 1e9;
+    let findings: Vec<serde_json::Value> = all
+        .into_iter()
+        .filter(|f| f["conn"]["netns"].as_u64().map(|n| inos.contains(&n)).unwrap_or(false))
+        .filter(|f| crate::fuzzjudge::parse_rfc3339(f["start"].as_str().unwrap_or("")) >= up)
+        .collect();
+    let senders: Vec<std::net::IpAddr> =
+        truth.senders.iter().flat_map(|h| [h.ip(Family::V4), h.ip(Family::V6)]).collect();
+    let segs = match truth.capture.as_deref().map(crate::pcap::read) {
+        Some(Ok(segs)) => segs,
+        Some(Err(e)) => return Err(format!("capture: {e}")),
+        None => return Err("no capture".into()),
+    };
+    let flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    let verdict = judge(&flows, &findings, rtt_s);
+    Ok(Judged { flows, findings, verdict })
 }
 
 /// Runs one plan beside `daemon` and judges it.
@@ -324,24 +109,16 @@ fn one(plan: &Plan, daemon: &mut Daemon, opts: &FuzzOptions) -> RunReport {
     match res {
         Err(e) => rep.error = Some(e.to_string()),
         Ok((truth, all)) => {
-            let inos: Vec<u64> = truth.senders.iter().map(|h| h.netns_ino).collect();
-            let up = truth.lab_up.unix_ns as f64 / 1e9;
-            let mine: Vec<serde_json::Value> = all
-                .into_iter()
-                .filter(|f| f["conn"]["netns"].as_u64().map(|n| inos.contains(&n)).unwrap_or(false))
-                .filter(|f| crate::fuzzjudge::parse_rfc3339(f["start"].as_str().unwrap_or("")) >= up)
-                .collect();
-            let senders: Vec<std::net::IpAddr> = truth.senders.iter().map(|h| std::net::IpAddr::V4(h.addr)).collect();
-            match truth.capture.as_deref().map(crate::pcap::read) {
-                Some(Ok(segs)) => {
-                    rep.flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
-                    rep.verdict = judge(&rep.flows, &mine, f64::from(plan.rtt_ms) / 1e3);
+            let mut mine = Vec::new();
+            match judge_run(&truth, all, f64::from(plan.rtt_ms) / 1e3) {
+                Ok(j) => {
+                    (rep.flows, rep.verdict) = (j.flows, j.verdict);
+                    mine = j.findings;
                     if rep.flows.is_empty() {
                         rep.error = Some("the capture holds no connection that moved 64 kB".into());
                     }
                 }
-                Some(Err(e)) => rep.error = Some(format!("capture: {e}")),
-                None => rep.error = Some("no capture".into()),
+                Err(e) => rep.error = Some(e),
             }
             let _ = std::fs::write(
                 run_dir.join("fuzz.json"),
@@ -379,7 +156,8 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
         if crate::runner::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(LabError::Interrupted);
         }
-        let plan = draw(opts.seed, k, opts.max_s);
+        let mut plan = draw(opts.seed, k, opts.max_s);
+        plan.family = opts.family.unwrap_or(plan.family);
         let rep = one(&plan, &mut daemon, opts);
         matrix.add(&rep.verdict.cells);
         each(&rep);
@@ -416,10 +194,12 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
 /// The campaign's result as text: the matrix, the failing runs with their replay command, the time.
 pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64) -> String {
     let failed: Vec<&RunReport> = reports.iter().filter(|r| r.failed()).collect();
+    let v6 = reports.iter().filter(|r| r.plan.family == Family::V6).count();
     let mut s = format!(
-        "lab fuzz --seed {} : {} runs, {} failed, {:.0} s ({:.1} s per run)\n\n{}",
+        "lab fuzz --seed {} : {} runs ({} IPv4, {v6} IPv6), {} failed, {:.0} s ({:.1} s per run)\n\n{}",
         opts.seed,
         reports.len(),
+        reports.len() - v6,
         failed.len(),
         secs,
         secs / reports.len().max(1) as f64,
@@ -446,55 +226,4 @@ pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64)
         }
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn draws_are_reproducible_within_range_and_varied() {
-        assert_eq!(draw(7, 3, 40.0), draw(7, 3, 40.0));
-        assert_ne!(draw(7, 3, 40.0), draw(7, 4, 40.0));
-        let plans: Vec<Plan> = (0..300).map(|k| draw(11, k, 40.0)).collect();
-        for p in &plans {
-            assert!((5..=200).contains(&p.rtt_ms), "{p:?}");
-            assert!((20..=600).contains(&p.rate_mbit), "{p:?}");
-            assert!(p.duration_s >= 8.0 && p.duration_s <= 40.0, "{p:?}");
-            if let Some((_, len, _)) = p.outage {
-                assert!((0.5..=20.0).contains(&len), "{p:?}");
-            }
-            if let Some((_, len)) = p.recv_pause {
-                assert!((0.5..=30.0).contains(&len), "{p:?}");
-            }
-        }
-        for c in [Client::Iperf3, Client::Socket, Client::Http] {
-            assert!(plans.iter().any(|p| p.client == c));
-        }
-        assert!(plans.iter().any(|p| p.outage.is_some()) && plans.iter().any(|p| p.recv_pause.is_some()));
-        assert!(plans.iter().any(|p| p.send_pause.is_some()) && plans.iter().any(|p| p.streams > 1));
-        assert!(plans.iter().any(|p| p.outage.map(|o| o.1 > 10.0).unwrap_or(false)));
-        // The CI slice's cap shortens what does not fit.
-        assert!((0..50).map(|k| draw(11, k, 12.0)).all(|p| p.duration_s <= 12.0));
-    }
-
-    #[test]
-    fn backed_off_retries_land_after_the_outage() {
-        // 0.3 s RTO: tries at 0.3, 0.9, 2.1, 4.5 s; a 2.5 s outage ends 2.0 s before the fourth.
-        assert!((first_retry_after(2.5, 0.3) - 2.0).abs() < 1e-9);
-        assert!(first_retry_after(0.1, 0.3) > 0.0);
-    }
-
-    #[test]
-    fn a_plan_becomes_its_scenario() {
-        let mut p = draw(1, 0, 40.0);
-        p.client = Client::Http;
-        p.bytes = Some(5_000_000);
-        p.outage = Some((2.0, 1.0, Some(Dir::Reverse)));
-        let s = p.scenario();
-        assert!(matches!(s.traffic, Traffic::App(AppSpec { app: App::Http, bytes: Some(5_000_000), .. })));
-        assert_eq!(s.events[0], Event::Outage { at_s: 2.0, for_s: 1.0, dir: Some(Dir::Reverse), receiver: None });
-        assert_eq!(s.lab.path.forward.shape.map(|x| x.limit_bytes), Some(Some(p.queue_bytes)));
-        assert!(s.lab.path.validate().is_ok());
-    }
 }

@@ -4,7 +4,7 @@ use crate::cmd;
 use crate::error::{LabError, Result};
 use crate::observe::{self, PingStats};
 use crate::path::{self, AppliedPath, Dir, PathConfig};
-use crate::topo::{Host, TopoConfig, Topology};
+use crate::topo::{Family, Host, TopoConfig, Topology, IPV6_MIN_MTU};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +20,27 @@ pub struct LabConfig {
     pub receiver_sysctls: Vec<(String, String)>,
     /// Measure the idle RTT after setup and shorten the delay lines by the lab's own overhead.
     pub trim_delay: bool,
+    /// The family the traffic (and the delay trim's ping) uses; every host has both addresses.
+    #[serde(default)]
+    pub family: Family,
+}
+
+impl LabConfig {
+    /// Checks the path and that the family fits the rest (IPv6 needs links of 1280 bytes or more;
+    /// the targeted drop parses IPv4 only).
+    pub fn validate(&self) -> Result<()> {
+        self.path.validate()?;
+        if self.family == Family::V6 && self.topo.mtu < IPV6_MIN_MTU {
+            return Err(LabError::Invalid(format!(
+                "IPv6 needs an MTU of at least {IPV6_MIN_MTU}, not {}",
+                self.topo.mtu
+            )));
+        }
+        if self.family == Family::V6 && self.path.retx_drop.is_some() {
+            return Err(LabError::Invalid("the targeted drop (retx_drop) handles IPv4 only".into()));
+        }
+        Ok(())
+    }
 }
 
 /// What the delay trim measured and did.
@@ -49,9 +70,8 @@ pub fn is_root() -> bool {
 }
 
 /// Tools the lab runs; the first missing one is reported.
-pub const TOOLS: &[&str] = &[
-    "ip", "tc", "nft", "iptables", "ethtool", "sysctl", "ping", "nstat", "ss", "iperf3", "tcpdump", "clang", "bpftool",
-];
+pub const TOOLS: &[&str] =
+    &["ip", "tc", "nft", "ethtool", "sysctl", "ping", "nstat", "ss", "iperf3", "tcpdump", "clang", "bpftool"];
 
 /// Checks root and tools up front, with a message that says what is missing.
 pub fn check_prerequisites() -> Result<()> {
@@ -69,7 +89,7 @@ impl Lab {
     /// Builds the topology, applies sysctls and the path. `work_dir` holds build artefacts (bpf object).
     pub fn up(cfg: &LabConfig, work_dir: &Path) -> Result<Lab> {
         check_prerequisites()?;
-        cfg.path.validate()?;
+        cfg.validate()?;
         let topo = Topology::build(&cfg.topo)?;
         for h in &topo.senders {
             for (k, v) in &cfg.sender_sysctls {
@@ -154,10 +174,18 @@ impl Lab {
     pub fn command(&self, ns: &str, args: &[&str]) -> Command {
         cmd::command_in(ns, args)
     }
-    /// Pings receiver `receiver` from sender `sender`.
+    /// The family the traffic uses.
+    pub fn family(&self) -> Family {
+        self.cfg.family
+    }
+    /// `host`'s address in the family the traffic uses.
+    pub fn addr(&self, host: &Host) -> std::net::IpAddr {
+        host.ip(self.cfg.family)
+    }
+    /// Pings receiver `receiver` from sender `sender` (in the lab's family).
     pub fn ping(&self, sender: usize, receiver: usize, count: u32, interval_s: f64) -> Result<PingStats> {
         let (s, r) = self.pair(sender, receiver)?;
-        observe::ping(&s.netns, &r.addr.to_string(), count, interval_s)
+        observe::ping(&s.netns, &self.addr(r).to_string(), count, interval_s)
     }
     /// The sender and receiver hosts at these indices.
     pub fn pair(&self, sender: usize, receiver: usize) -> Result<(&Host, &Host)> {

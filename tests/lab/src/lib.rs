@@ -10,6 +10,7 @@ pub mod delay;
 pub mod error;
 pub mod fuzz;
 pub mod fuzzjudge;
+pub mod fuzzplan;
 pub mod lab;
 pub mod netns;
 pub mod nfq;
@@ -29,6 +30,7 @@ pub use error::{LabError, Result};
 pub use lab::{Lab, LabConfig};
 pub use runner::RunOptions;
 pub use scenario::{Event, Knobs, Scenario};
+pub use topo::Family;
 pub use truth::{Expected, Truth};
 
 impl Scenario {

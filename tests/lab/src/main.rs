@@ -68,6 +68,10 @@ enum Cmd {
         out: PathBuf,
         #[arg(long)]
         keep: bool,
+        /// Run every plan over this family instead of the drawn one (v4 replays a campaign of the
+        /// IPv4-only lab exactly).
+        #[arg(long, value_enum)]
+        family: Option<tcpvigil_lab::Family>,
     },
     /// Judge kept `lab fuzz` run directories again with the current truth and judge.
     Rejudge {
@@ -144,7 +148,7 @@ fn run(name: &str, opts: RunOptions, knobs: &Knobs) -> Result<ExitCode, (u8, any
     match sc.run(&opts) {
         Ok(t) => {
             let s = &t.summary;
-            println!("scenario      {}", t.scenario);
+            println!("scenario      {} (IP{})", t.scenario, t.config.family.as_str());
             println!(
                 "goodput       {:.1} Mbit/s{}",
                 s.goodput_mbit,
@@ -225,7 +229,7 @@ fn main() -> ExitCode {
             let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
             run(&scenario, opts, &knobs)
         }
-        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep } => {
+        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family } => {
             if !(8.0..=600.0).contains(&max_seconds) {
                 Err((2, anyhow::anyhow!("--max-seconds {max_seconds} not in 8..=600")))
             } else {
@@ -239,6 +243,7 @@ fn main() -> ExitCode {
                         out_dir: out,
                         keep,
                         progress: true,
+                        family,
                     }),
                 }
             }

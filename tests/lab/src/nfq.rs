@@ -263,4 +263,13 @@ mod tests {
         assert_eq!(packet_info(&a), (Some(258), 1500));
         assert_eq!(packet_info(&a[..4]), (None, 0));
     }
+
+    #[test]
+    fn an_ipv6_packet_counts_its_fixed_header_and_payload_for_the_policer() {
+        let mut a = Vec::new();
+        put_attr(&mut a, NFQA_PACKET_HDR, &[0, 0, 0, 9, 0x86, 0xdd, 2]);
+        // Version 6, payload length 1440: a 1480-byte packet (40-byte header not in the field).
+        put_attr(&mut a, NFQA_PAYLOAD, &[0x60, 0, 0, 0, 0x05, 0xa0, 6, 64]);
+        assert_eq!(packet_info(&a), (Some(9), 1480));
+    }
 }

@@ -1,11 +1,11 @@
-//! Path properties per direction on the router: delay line, tbf shaping, nft policing, random loss, outages, targeted drops.
+//! Path properties per direction on the router, for IPv4 and IPv6 alike: delay line and policer, tbf shaping, random loss, outages, targeted drops.
 use crate::bpf::{self, RetxDrop, RetxStats};
 use crate::cmd;
 use crate::delay::{DelayLine, DelayStats, Policer};
 use crate::error::{LabError, Result};
 use crate::topo::Topology;
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub enum Dir {
 }
 
 impl Dir {
-    /// nft/iptables input-interface pattern on the router for packets going this way.
+    /// nft / iptables input-interface patterns on the router for packets going this way.
     fn iif_nft(self) -> &'static str {
         match self {
             Dir::Forward => "s*",
@@ -157,8 +157,13 @@ pub struct AppliedPath {
     retx: bool,
 }
 
-const TABLE: &str = "tvl";
+/// One `inet` table: its rules see IPv4 and IPv6 packets alike.
+const TABLE: &str = "inet tvl";
+/// Loss and outages (priority -10, before the delay line).
 const CHAIN: &str = "path";
+/// The delay line's `-j NFQUEUE` rules go in the FORWARD chain of both: this kernel has no nft
+/// `queue` expression (CONFIG_NFT_QUEUE unset), only the xtables NFQUEUE target.
+const QUEUE_TOOLS: [&str; 2] = ["iptables", "ip6tables"];
 
 fn nft(ns: &str, rule: &str) -> Result<String> {
     cmd::run_in(ns, &["nft", "--echo", "--handle", rule])
@@ -171,17 +176,17 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
     let fwd_ifs: Vec<String> = topo.receivers.iter().map(|h| h.router_ifname.clone()).collect();
     let rev_ifs: Vec<String> = topo.senders.iter().map(|h| h.router_ifname.clone()).collect();
     let mut applied = AppliedPath { router: r.clone(), fwd_ifs: fwd_ifs.clone(), delays: Vec::new(), retx: false };
-    cmd::run_in(&r, &["nft", &format!("add table ip {TABLE}")])?;
+    cmd::run_in(&r, &["nft", &format!("add table {TABLE}")])?;
     cmd::run_in(
         &r,
-        &["nft", &format!("add chain ip {TABLE} {CHAIN} {{ type filter hook forward priority -10; policy accept; }}")],
+        &["nft", &format!("add chain {TABLE} {CHAIN} {{ type filter hook forward priority -10; policy accept; }}")],
     )?;
     for (dir, d, ifs) in [(Dir::Forward, &cfg.forward, &fwd_ifs), (Dir::Reverse, &cfg.reverse, &rev_ifs)] {
         let iif = dir.iif_nft();
         let name = format!("{dir:?}").to_lowercase();
         if d.loss_ppm > 0 {
             nft(&r, &format!(
-                "add rule ip {TABLE} {CHAIN} iifname \"{iif}\" numgen random mod 1000000 < {} counter drop comment \"loss-{name}\"",
+                "add rule {TABLE} {CHAIN} iifname \"{iif}\" numgen random mod 1000000 < {} counter drop comment \"loss-{name}\"",
                 d.loss_ppm
             ))?;
         }
@@ -205,7 +210,9 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
             let line = DelayLine::start(&r, dir.queue(), Duration::from_secs_f64(d.delay_ms / 1000.0), police)?;
             applied.delays.push((dir, line));
             let q = dir.queue().to_string();
-            cmd::run_in(&r, &["iptables", "-A", "FORWARD", "-i", dir.iif_ipt(), "-j", "NFQUEUE", "--queue-num", &q])?;
+            for tool in QUEUE_TOOLS {
+                cmd::run_in(&r, &[tool, "-A", "FORWARD", "-i", dir.iif_ipt(), "-j", "NFQUEUE", "--queue-num", &q])?;
+            }
         }
     }
     if let Some(l) = cfg.lossy_sender {
@@ -213,7 +220,7 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
             LabError::Invalid(format!("lossy sender {} but the lab has {} senders", l.sender, topo.senders.len()))
         })?;
         nft(&r, &format!(
-            "add rule ip {TABLE} {CHAIN} iifname \"{}\" numgen random mod 1000000 < {} counter drop comment \"loss-sender{}\"",
+            "add rule {TABLE} {CHAIN} iifname \"{}\" numgen random mod 1000000 < {} counter drop comment \"loss-sender{}\"",
             h.router_ifname, l.loss_ppm, l.sender
         ))?;
     }
@@ -232,27 +239,31 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
 pub struct OutageHandle(Vec<u64>);
 
 /// The nft matches of an outage: every forwarded packet of `dir` (None = both), or with `only`
-/// the packets to (forward) and from (reverse) that host alone, one rule per direction.
-fn outage_matches(dir: Option<Dir>, only: Option<Ipv4Addr>) -> Vec<String> {
+/// the packets to (forward) and from (reverse) that address alone, one rule per direction (`ip`
+/// or `ip6` after the address's family: in an inet table each matches its own family only).
+fn outage_matches(dir: Option<Dir>, only: Option<IpAddr>) -> Vec<String> {
     let iif = |d: Dir| format!("iifname \"{}\" ", d.iif_nft());
     match (dir, only) {
         (None, None) => vec![String::new()],
         (Some(d), None) => vec![iif(d)],
-        (d, Some(a)) => [Dir::Forward, Dir::Reverse]
-            .into_iter()
-            .filter(|x| d.is_none_or(|d| d == *x))
-            .map(|x| format!("{}ip {} {a} ", iif(x), if x == Dir::Forward { "daddr" } else { "saddr" }))
-            .collect(),
+        (d, Some(a)) => {
+            let fam = if a.is_ipv6() { "ip6" } else { "ip" };
+            [Dir::Forward, Dir::Reverse]
+                .into_iter()
+                .filter(|x| d.is_none_or(|d| d == *x))
+                .map(|x| format!("{}{fam} {} {a} ", iif(x), if x == Dir::Forward { "daddr" } else { "saddr" }))
+                .collect()
+        }
     }
 }
 
 impl AppliedPath {
     /// Starts an outage: inserts nft rules dropping every forwarded packet of `dir` (None = both
-    /// directions), or with `only` just those to and from that host.
-    pub fn outage_begin(&self, dir: Option<Dir>, only: Option<Ipv4Addr>) -> Result<OutageHandle> {
+    /// directions), or with `only` just those to and from that address.
+    pub fn outage_begin(&self, dir: Option<Dir>, only: Option<IpAddr>) -> Result<OutageHandle> {
         let mut handles = Vec::new();
         for m in outage_matches(dir, only) {
-            let out = nft(&self.router, &format!("insert rule ip {TABLE} {CHAIN} {m}counter drop comment \"outage\""))?;
+            let out = nft(&self.router, &format!("insert rule {TABLE} {CHAIN} {m}counter drop comment \"outage\""))?;
             let h = out.split_whitespace().skip_while(|w| *w != "handle").nth(1).and_then(|h| h.parse().ok());
             handles.push(h.ok_or_else(|| LabError::Parse { what: "nft --echo --handle".into(), detail: out.clone() })?);
         }
@@ -262,14 +273,14 @@ impl AppliedPath {
     /// Ends an outage.
     pub fn outage_end(&self, h: OutageHandle) -> Result<()> {
         for handle in h.0 {
-            cmd::run_in(&self.router, &["nft", &format!("delete rule ip {TABLE} {CHAIN} handle {handle}")])?;
+            cmd::run_in(&self.router, &["nft", &format!("delete rule {TABLE} {CHAIN} handle {handle}")])?;
         }
         Ok(())
     }
 
     /// nft rule counters by comment (`police-forward`, `loss-reverse`, `outage`, ...): (packets, bytes) dropped.
     pub fn nft_counters(&self) -> Result<Vec<(String, u64, u64)>> {
-        let out = cmd::run_in(&self.router, &["nft", "-j", "list", "table", "ip", TABLE])?;
+        let out = cmd::run_in(&self.router, &["nft", "-j", "list", "table", "inet", "tvl"])?;
         let v: serde_json::Value =
             serde_json::from_str(&out).map_err(|e| LabError::Parse { what: "nft -j".into(), detail: e.to_string() })?;
         let mut res = Vec::new();
@@ -340,9 +351,11 @@ impl AppliedPath {
         out
     }
 
-    /// Removes the NFQUEUE rules and stops the delay lines, returning their statistics.
+    /// Removes the queue rules and stops the delay lines, returning their statistics.
     pub fn stop_delay(&mut self) -> Vec<DelayStats> {
-        cmd::run_in_quiet(&self.router, &["iptables", "-F", "FORWARD"]);
+        for tool in QUEUE_TOOLS {
+            cmd::run_in_quiet(&self.router, &[tool, "-F", "FORWARD"]);
+        }
         self.delays.drain(..).filter_map(|(_, d)| d.stop().ok()).collect()
     }
 }
@@ -361,11 +374,16 @@ mod tests {
     fn an_outage_of_one_host_drops_what_goes_to_it_and_what_comes_from_it() {
         assert_eq!(outage_matches(None, None), vec![String::new()]);
         assert_eq!(outage_matches(Some(Dir::Reverse), None), vec!["iifname \"r*\" ".to_string()]);
-        let a: Ipv4Addr = "10.72.1.2".parse().unwrap();
+        let a: IpAddr = "10.72.1.2".parse().unwrap();
         assert_eq!(
             outage_matches(None, Some(a)),
             vec!["iifname \"s*\" ip daddr 10.72.1.2 ".to_string(), "iifname \"r*\" ip saddr 10.72.1.2 ".to_string()]
         );
         assert_eq!(outage_matches(Some(Dir::Forward), Some(a)), vec!["iifname \"s*\" ip daddr 10.72.1.2 ".to_string()]);
+        let b: IpAddr = "fd00:72:1::2".parse().unwrap();
+        assert_eq!(
+            outage_matches(Some(Dir::Reverse), Some(b)),
+            vec!["iifname \"r*\" ip6 saddr fd00:72:1::2 ".to_string()]
+        );
     }
 }

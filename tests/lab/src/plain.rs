@@ -140,7 +140,7 @@ fn send(addr: SocketAddr, duration_s: f64, stop: Arc<AtomicBool>) -> Result<(u64
 /// Runs the pair in the lab (receiver listens on `spec.port`), blocking until both ends finish.
 pub fn run_plain(lab: &Lab, spec: &PlainSpec, stop: Arc<AtomicBool>) -> Result<PlainResult> {
     let (s, r) = lab.pair(spec.sender, spec.receiver)?;
-    let addr = SocketAddr::from((r.addr, spec.port));
+    let addr = SocketAddr::from((lab.addr(r), spec.port));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
     let (spec_r, stop_r) = (spec.clone(), stop.clone());
     let rx = netns::spawn_in(&r.netns, "plain-rx", move || {

@@ -364,7 +364,7 @@ fn run_event(lab: &Lab, ev: &Event, t0: Instant, stop: &AtomicBool, log: &Mutex<
                 return;
             }
             let requested = Stamp::now();
-            let only = receiver.and_then(|j| lab.receivers().get(j)).map(|h| h.addr);
+            let only = receiver.and_then(|j| lab.receivers().get(j)).map(|h| lab.addr(h));
             let Ok(h) = lab.path().outage_begin(dir, only) else { return };
             let start = Stamp::now();
             wait_until(at + Duration::from_secs_f64(for_s), stop);

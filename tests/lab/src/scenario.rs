@@ -4,6 +4,7 @@ use crate::error::{LabError, Result};
 use crate::lab::LabConfig;
 use crate::path::{Dir, Police, Shape};
 use crate::plain::Pause;
+use crate::topo::Family;
 use crate::traffic::Traffic;
 use crate::truth::Expected;
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,9 @@ pub struct Knobs {
     /// Keep TSO/GSO/GRO on the veths (fewer, larger packets; less like a real wire).
     #[arg(long)]
     pub offload: bool,
+    /// Address family of the traffic (every lab host has an IPv4 and an IPv6 address); default v4.
+    #[arg(long, value_enum)]
+    pub family: Option<Family>,
 }
 
 fn set_sysctl(list: &mut Vec<(String, String)>, k: &str, v: String) {
@@ -194,6 +198,9 @@ impl Scenario {
         }
         if k.no_trim {
             self.lab.trim_delay = false;
+        }
+        if let Some(f) = k.family {
+            self.lab.family = f;
         }
         if let Some(cc) = &k.cc {
             // Per socket (iperf3 -C): a namespace may only set the CCs the host allows
@@ -279,7 +286,7 @@ impl Scenario {
                 }
             }
         }
-        self.lab.path.validate()
+        self.lab.validate()
     }
 
     /// The forward bottleneck rate (policer first, then shaper), Mbit/s.

@@ -170,7 +170,7 @@ pub fn run_iperf(
                 let mut args: Vec<String> = [
                     "iperf3",
                     "-c",
-                    &r.addr.to_string(),
+                    &lab.addr(r).to_string(),
                     "-p",
                     &port.to_string(),
                     "-J",

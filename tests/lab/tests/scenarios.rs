@@ -1,8 +1,12 @@
-//! Root test: every named scenario runs end to end, writes a loadable truth.json and shows its phenomenon in the truth.
+//! Root test: every named scenario runs end to end, writes a loadable truth.json and shows its phenomenon in the truth; the outage also over IPv6 beside the daemon.
 mod common;
 
+use std::net::IpAddr;
+use tcpvigil_lab::daemon::{self, Daemon};
+use tcpvigil_lab::fuzzjudge::group_stops;
+use tcpvigil_lab::stalls::Owner;
 use tcpvigil_lab::truth::Truth;
-use tcpvigil_lab::{RunOptions, Scenario};
+use tcpvigil_lab::{fuzz, Family, Knobs, RunOptions, Scenario};
 
 /// bytes_acked of the busiest connection per ss sample, with the sample time in s after traffic start.
 fn acked_series(t: &Truth) -> Vec<(f64, u64)> {
@@ -197,4 +201,91 @@ fn run_with_calls_hooks_before_and_after_traffic_with_the_lab_up() {
         "namespaces left behind"
     );
     let _ = std::fs::remove_dir_all(&opts.out_dir);
+}
+
+/// The `outage` scenario (2.5 s both ways) over IPv6 with a capture, beside a live `tcpvigil run`
+/// (target/<profile>/tcpvigil, built by `cargo test --workspace`): the capture shows the IPv6
+/// transfer stalled by the network across the outage, and the daemon reports that stall as the
+/// network's stop on the IPv6 connection, judged as `lab fuzz` judges a run.
+#[test]
+fn an_outage_over_ipv6_is_a_network_stop_in_the_capture_and_in_the_daemon_s_report() {
+    let _g = common::serial();
+    const T: &str = "outage_over_ipv6";
+    if !common::can_run(T) {
+        return;
+    }
+    let bin = match daemon::find_binary(None) {
+        Ok(b) => b,
+        Err(e) => {
+            common::skip(T, &e.to_string());
+            return;
+        }
+    };
+    let started = std::time::Instant::now();
+    let out = common::scratch("outage_v6");
+    let mut sc = Scenario::by_name("outage").unwrap_or_else(|e| panic!("{e}"));
+    sc.apply_knobs(&Knobs { family: Some(Family::V6), ..Knobs::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start(&bin, &out.join("daemon")).unwrap_or_else(|e| panic!("tcpvigil run: {e}"));
+    let opts = RunOptions { out_dir: out.clone(), capture: true, ..RunOptions::default() };
+    let (truth, all) = sc
+        .run_with(
+            &opts,
+            |_| Ok(d.offset()),
+            |off, _, _| {
+                // The daemon's end report follows its next look.
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                Ok(d.findings_since(off))
+            },
+        )
+        .unwrap_or_else(|e| panic!("outage over IPv6: {e}"));
+    drop(d);
+    assert_eq!(truth.config.family, Family::V6);
+    let (s6, r6) = (IpAddr::V6(truth.senders[0].addr6), IpAddr::V6(truth.receivers[0].addr6));
+    if let Err(e) = check(&truth) {
+        panic!("outage over IPv6: {e}");
+    }
+    let j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).unwrap_or_else(|e| panic!("{e}"));
+    let o = truth.injections_of("outage");
+    let o = o.first().unwrap_or_else(|| panic!("no outage injection recorded"));
+    let (a, b) = (o.start.unix_ns as f64 / 1e9, o.end.map(|e| e.unix_ns as f64 / 1e9).unwrap_or(0.0));
+    // The transfer's data connection, over IPv6 between the two hosts (iperf3's control connection
+    // moves too little to count).
+    assert!(!j.flows.is_empty(), "the capture holds no connection that moved 64 kB");
+    for f in &j.flows {
+        assert!(
+            f.local.ip() == s6 && f.remote.ip() == r6,
+            "a connection {} -> {} is not {s6} -> {r6}",
+            f.local,
+            f.remote
+        );
+    }
+    let stall = j
+        .flows
+        .iter()
+        .flat_map(|f| f.stalls.iter().map(move |st| (f, st)))
+        .find(|(_, st)| st.owner == Owner::Network && st.start < b && st.end > a + 2.0)
+        .unwrap_or_else(|| panic!("no network stall across the outage {a:.3}..{b:.3} in the capture: {:?}", j.flows));
+    let (f, st) = stall;
+    let reported = group_stops(&j.findings);
+    let mine: Vec<_> =
+        reported.iter().filter(|r| r.local == f.local.to_string() && r.remote == f.remote.to_string()).collect();
+    eprintln!(
+        "outage over IPv6 {:.2} s; capture: {} -> {} {} {:.3} s from +{:.3}; daemon: {:?} ({:.0} s)",
+        b - a,
+        f.local,
+        f.remote,
+        st.cause,
+        st.duration(),
+        st.start - a,
+        mine.iter()
+            .map(|r| (r.start - a, r.end - r.start, r.first_ts - r.start, r.reports.clone()))
+            .collect::<Vec<_>>(),
+        started.elapsed().as_secs_f64()
+    );
+    let hit = mine.iter().find(|r| r.start < st.end && r.end > st.start).unwrap_or_else(|| {
+        panic!("the daemon reported no stop on {} -> {} over the stall; its stops: {reported:?}", f.local, f.remote)
+    });
+    assert!(hit.reports.iter().all(|(owner, _)| owner == "network"), "not the network's in every report: {hit:?}");
+    assert!(j.verdict.failures.is_empty(), "judged as lab fuzz judges: {:?}", j.verdict.failures);
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -14,16 +14,19 @@ pub fn serial() -> MutexGuard<'static, ()> {
 pub fn can_run(test: &str) -> bool {
     match lab::check_prerequisites() {
         Ok(()) => true,
-        Err(e) => {
-            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-                panic!("{test}: lab prerequisites missing under CI=true (a skip is a failure here): {e}");
-            }
-            // Straight to the stderr handle: libtest's capture only swallows the print macros.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {test}: {e} ***\n");
-            false
-        }
+        Err(e) => skip(test, &format!("lab prerequisites missing: {e}")),
     }
+}
+
+/// Prints a loud SKIP and returns false — or panics when CI=true (a skip is a failure there).
+pub fn skip(test: &str, why: &str) -> bool {
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("{test}: {why} (under CI=true a skip is a failure)");
+    }
+    // Straight to the stderr handle: libtest's capture only swallows the print macros.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {test}: {why} ***\n");
+    false
 }
 
 /// A scratch directory for a test's artefacts.
