@@ -49,7 +49,7 @@ const PAPERS_CC: &str = "cubic";
 
 fn one_flow(duration_s: f64) -> Traffic {
     Traffic::Iperf {
-        flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }],
+        flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None }],
         duration_s,
         bytes: None,
         cc: Some(PAPERS_CC.into()),
@@ -88,6 +88,7 @@ fn parallel(staggered: bool) -> Scenario {
             receiver: 0,
             streams: 1,
             start_offset_ms: if staggered { i as f64 * rtt / 4.0 } else { 0.0 },
+            rate_mbit: None,
         })
         .collect();
     let (name, summary, exp) = if staggered {
@@ -128,7 +129,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut s = base("policer-burst", "one stream through a 500 Mbit/s policer with a 16 MB bucket at 10 ms RTT: a burst loss of half the window",
                 Some("000_2e9743cb0abe8e5d.txt"),
                 "Paper: 1 GB, one stream, 10 ms RTT, policer 500 Mbps with 16 MB burst. Here the same rate, bucket and RTT, but 300 MB by default (--bytes 1000000000 for the paper's 1 GB) and a 30 s cap. With the big bucket cwnd grows far past the 625 kB BDP before the bucket runs dry and a large part of the window is dropped at once. summary.efficiency = goodput / 500 Mbit/s.",
-                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0 }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
+                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
             s.expected.push(Expected::new("burst-loss", "policer", Some(0.3), None,
                 "000: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
             s
@@ -248,7 +249,13 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             l.topo.receivers = 2;
             let flows = [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1)]
                 .into_iter()
-                .map(|(sender, receiver)| IperfFlow { sender, receiver, streams: 1, start_offset_ms: 0.0 })
+                .map(|(sender, receiver)| IperfFlow {
+                    sender,
+                    receiver,
+                    streams: 1,
+                    start_offset_ms: 0.0,
+                    rate_mbit: None,
+                })
                 .collect();
             let mut s = base("path-outage", "three hosts send to two destination prefixes; the path to one prefix fails for 3 s from 4 s: one path event, the other prefix untouched", None,
                 "Five iperf3 clients from three sender namespaces (standing for hosts): s0, s1, s2 to r0 (10.72.1.2) and s0, s1 to r1 (10.72.2.2); tbf 100 Mbit/s per receiver link, 20 ms RTT, 10 s. From 4 s to 7 s the router drops every packet to and from r0 only (two nft rules matching its address). The three connections to 10.72.1.0/24 stop within an RTT of each other; the two to 10.72.2.0/24 keep delivering.",

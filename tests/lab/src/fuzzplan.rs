@@ -79,6 +79,10 @@ pub struct Plan {
     /// saved before IPv6 read as v4.
     #[serde(default)]
     pub family: Family,
+    /// iperf3 only: each stream's `-b`, Mbit/s, 20-70 % of its share of the bottleneck (an
+    /// application-limited sender whose pipe empties between bursts), from a stream of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_rate_mbit: Option<u32>,
 }
 
 fn round(x: f64, step: f64) -> f64 {
@@ -109,6 +113,14 @@ pub fn draw_family(seed: u64, run: u32) -> Family {
     } else {
         Family::V4
     }
+}
+
+/// Whether an iperf3 run's sender is application-limited (one in three), and at what rate per
+/// stream: from a stream of its own, so the other draws of a seed stay as they were.
+pub fn draw_app_rate(seed: u64, run: u32, rate_mbit: u32, streams: u32) -> Option<u32> {
+    let mut r = Rng::new(Rng::new(run_seed(seed, run) ^ 0x6170_706c_696d_6974).next_u64());
+    let share = f64::from(rate_mbit) / f64::from(streams.max(1));
+    r.chance(1.0 / 3.0).then(|| (share * r.uniform(0.2, 0.7)).round().max(1.0) as u32)
 }
 
 /// Draws run `run` of campaign `seed`; `max_s` caps the traffic's length (CI's slice), shortening
@@ -174,6 +186,7 @@ pub fn draw(seed: u64, run: u32, max_s: f64) -> Plan {
         duration_s,
         bytes,
         family: draw_family(seed, run),
+        app_rate_mbit: (client == Client::Iperf3).then(|| draw_app_rate(seed, run, rate_mbit, streams)).flatten(),
     }
 }
 
@@ -193,6 +206,9 @@ impl Plan {
         );
         if let Some(b) = self.bytes {
             s += &format!(" ({} MB file)", b / 1_000_000);
+        }
+        if let Some(m) = self.app_rate_mbit {
+            s += &format!(", app-limited {m} Mbit/s per stream");
         }
         if let Some((at, len, dir)) = self.outage {
             s += &format!(
@@ -233,7 +249,13 @@ impl Plan {
         lab.receiver_sysctls.push(kv("net.core.rmem_max", max));
         let traffic = match self.client {
             Client::Iperf3 => Traffic::Iperf {
-                flows: vec![IperfFlow { sender: 0, receiver: 0, streams: self.streams, start_offset_ms: 0.0 }],
+                flows: vec![IperfFlow {
+                    sender: 0,
+                    receiver: 0,
+                    streams: self.streams,
+                    start_offset_ms: 0.0,
+                    rate_mbit: self.app_rate_mbit.map(f64::from),
+                }],
                 duration_s: self.duration_s,
                 bytes: None,
                 cc: Some("cubic".into()),
@@ -347,8 +369,29 @@ mod tests {
             (2026, 8, 9.0, "Iperf3 x2 rtt 74 ms, 340 Mbit/s, queue 5669 kB, loss 0.053 %, 8.0 s, outage both 0.69 s at 3.13"),
         ];
         for (seed, run, max, want) in old {
-            let p = draw(seed, run, max);
+            let mut p = draw(seed, run, max);
+            p.app_rate_mbit = None;
             assert_eq!(p.describe(), format!("{} {want}", p.family.as_str()), "seed {seed} run {run}");
         }
+    }
+
+    #[test]
+    fn a_third_of_iperf3_runs_are_application_limited_below_their_share() {
+        let plans: Vec<Plan> = (0..600).map(|k| draw(11, k, 40.0)).filter(|p| p.client == Client::Iperf3).collect();
+        let limited: Vec<&Plan> = plans.iter().filter(|p| p.app_rate_mbit.is_some()).collect();
+        let frac = limited.len() as f64 / plans.len() as f64;
+        assert!((0.25..=0.42).contains(&frac), "{} of {} iperf3 runs application-limited", limited.len(), plans.len());
+        for p in &limited {
+            let share = f64::from(p.rate_mbit) / f64::from(p.streams);
+            let m = f64::from(p.app_rate_mbit.unwrap());
+            assert!(m >= 1.0 && m <= 0.7 * share + 0.5 && m >= 0.2 * share - 0.5, "{m} of a {share} Mbit/s share");
+            assert!(p.describe().contains(&format!("app-limited {m} Mbit/s")), "{}", p.describe());
+            let flows = match p.scenario().traffic {
+                Traffic::Iperf { flows, .. } => flows,
+                t => panic!("{t:?}"),
+            };
+            assert_eq!(flows[0].rate_mbit, Some(m));
+        }
+        assert!((0..600).map(|k| draw(11, k, 40.0)).all(|p| p.client == Client::Iperf3 || p.app_rate_mbit.is_none()));
     }
 }

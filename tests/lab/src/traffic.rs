@@ -18,6 +18,9 @@ pub struct IperfFlow {
     pub streams: u32,
     /// When this client starts, relative to the traffic start (staggered streams).
     pub start_offset_ms: f64,
+    /// iperf3 -b per stream, Mbit/s: an application-limited sender (None: as fast as it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_mbit: Option<f64>,
 }
 
 /// What traffic a scenario drives.
@@ -188,6 +191,9 @@ pub fn run_iperf(
                 }
                 if let Some(cc) = cc {
                     args.extend(["-C".to_string(), cc.to_string()]);
+                }
+                if let Some(m) = f.rate_mbit {
+                    args.extend(["-b".to_string(), format!("{:.0}", m * 1e6)]);
                 }
                 let argv: Vec<&str> = args.iter().map(String::as_str).collect();
                 let start_at = t0 + Duration::from_secs_f64(f.start_offset_ms.max(0.0) / 1000.0);
