@@ -66,3 +66,61 @@ fn owner_is_tagged_once_per_connection_at_connect_and_accept_with_no_per_send_pr
     }
     println!("{} sockets attributed once each, to iperf3", established.len());
 }
+
+/// `iperf3 -s` in the receiver namespace, left running (serves one client after another).
+fn server(pair: &Pair, port: u16) -> std::process::Child {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &pair.rcv, "iperf3", "-s", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start iperf3 -s")
+}
+
+/// An iperf3 client in the sender namespace, the server sending (-R) at 50 Mbit/s.
+fn client(pair: &Pair, port: u16, secs: u32) -> std::process::Child {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &pair.snd, "iperf3", "-c", &pair.rcv_ip, "-p", &port.to_string()])
+        .args(["-t", &secs.to_string(), "-R", "-b", "50M"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start iperf3 -c")
+}
+
+#[test]
+fn sockets_and_listeners_older_than_the_daemon_are_attributed_from_proc() {
+    if !require_root("sockets_and_listeners_older_than_the_daemon_are_attributed_from_proc") {
+        return;
+    }
+    let pair = Pair::new("po");
+    // Both servers listen before the daemon starts; transfer A is under way before it too.
+    let mut servers = [server(&pair, 5711), server(&pair, 5712)];
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut a = client(&pair, 5711, 9);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let d = support::daemon::Daemon::start("preowner", "");
+    // Transfer B connects after the daemon started, to a listener older than it.
+    let mut b = client(&pair, 5712, 5);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let m = d.scrape().expect("scrape");
+    let _ = (a.wait(), b.wait());
+    for s in servers.iter_mut() {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    // The servers' sending sockets (local port 5711 / 5712): A's predates the daemon, B's was
+    // accepted after it by a listener that predates it. Neither has a kernel owner record.
+    let comm_of = |port: u16| -> Vec<String> {
+        support::daemon::series(&m)
+            .into_iter()
+            .filter(|l| l.starts_with("tcpvigil_conn_cwnd") && l.contains(&format!("conn=\"{}:{port}>", pair.rcv_ip)))
+            .filter_map(|l| l.split("comm=\"").nth(1)?.split('"').next().map(String::from))
+            .collect()
+    };
+    let (old, accepted) = (comm_of(5711), comm_of(5712));
+    println!("server sockets' comm: older than the daemon {old:?}, accepted by an older listener {accepted:?}");
+    assert!(!old.is_empty() && !accepted.is_empty(), "both transfers' server sockets are exported:\n{m}");
+    assert!(old.iter().all(|c| c == "iperf3"), "a socket older than the daemon: {old:?}");
+    assert!(accepted.iter().all(|c| c == "iperf3"), "accepted by a listener older than the daemon: {accepted:?}");
+}

@@ -5,6 +5,7 @@ pub mod decode;
 pub mod kconfig;
 pub mod load;
 pub mod netns;
+pub mod preowners;
 pub mod runstats;
 pub mod tuples;
 pub mod variants;

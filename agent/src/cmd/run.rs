@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Counters, Msg};
+use tcpvigil::bpf::preowners::PreOwners;
 use tcpvigil::bpf::variants::Prog;
 use tcpvigil::config::Config;
 use tcpvigil::detect::Detectors;
@@ -16,7 +17,7 @@ use tcpvigil::export::health::{KernelCounters, ProgStats, RecorderHealth};
 use tcpvigil::export::recorder::sink::{DumpCounts, DumpSink};
 use tcpvigil::export::recorder::Recorder;
 use tcpvigil::export::{EventsTarget, EventsWriter, Health, HttpServer, Metrics, WebConfig};
-use tcpvigil::model::{ConnTable, Finding};
+use tcpvigil::model::{Body, ConnTable, Event, Finding};
 use tcpvigil::recording::{Header, FORMAT_VERSION};
 
 use super::common::*;
@@ -210,6 +211,16 @@ async fn daemon(
 ) -> Result<ExitCode> {
     let exact = agent.variants.uses(Prog::MarkLost);
     let mut table = ConnTable::new(exact);
+    // Sockets older than the daemon: their connect() and listen() happened before its programs.
+    let t = std::time::Instant::now();
+    let pre = PreOwners::scan(std::path::Path::new("/proc"));
+    let (old_conns, old_listeners) = pre.counts();
+    tracing::info!(
+        connections = old_conns,
+        listeners = old_listeners,
+        ms = t.elapsed().as_millis() as u64,
+        "owners of sockets older than the daemon read from /proc"
+    );
     let mut detectors = Detectors::new(&cfg.detect);
     let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
     metrics.set_exact_lost_retrans(exact);
@@ -247,11 +258,19 @@ async fn daemon(
         tokio::select! {
             msg = agent.events.recv() => match msg {
                 Some(Msg::Event(ev)) => {
-                    table.apply(&ev);
-                    metrics.on_event(&ev);
-                    detectors.observe(&ev, &table, &mut found);
-                    if let Some(fl) = flight.as_mut() {
-                        fl.rec.on_event(&ev);
+                    // A connection new to the table whose socket or listener predates the daemon
+                    // gets its owner from /proc (a kernel owner record, if one follows, wins).
+                    let old = (table.get(ev.conn.cookie).is_none() && !matches!(ev.body, Body::Owner(_)))
+                        .then(|| pre.owner_of(&ev.conn))
+                        .flatten()
+                        .map(|o| Event { ts_ns: ev.ts_ns, conn: ev.conn, body: Body::Owner(o) });
+                    for ev in old.iter().chain(std::iter::once(&ev)) {
+                        table.apply(ev);
+                        metrics.on_event(ev);
+                        detectors.observe(ev, &table, &mut found);
+                        if let Some(fl) = flight.as_mut() {
+                            fl.rec.on_event(ev);
+                        }
                     }
                 }
                 // Time advances only as far as the kernel's records have been read.

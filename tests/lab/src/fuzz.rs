@@ -5,6 +5,7 @@ use crate::fuzzjudge::{judge, Matrix, Verdict};
 pub use crate::fuzzplan::{draw, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
 use crate::stalls::{self, FlowTruth};
 use crate::topo::Family;
+use crate::traffic::Traffic;
 use crate::RunOptions;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -71,9 +72,33 @@ pub fn judge_run(truth: &crate::Truth, all: Vec<serde_json::Value>, rtt_s: f64) 
         Some(Err(e)) => return Err(format!("capture: {e}")),
         None => return Err("no capture".into()),
     };
-    let flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    mark_after_close(&mut flows, truth);
     let verdict = judge(&flows, &findings, rtt_s);
     Ok(Judged { flows, findings, verdict })
+}
+
+/// When the sending application closes its sockets by the run's schedule (iperf3 -t, the socket
+/// pair's --seconds), Unix seconds; None when the data's size decides (a download, iperf3 -n). After
+/// the close the kernel still sends what was written: a stall then is the last window draining (seed
+/// 2026 run 2: 0.71 s of retransmissions that began 0.15 s after a socket sender's close).
+pub fn sender_done(start: f64, traffic: &Traffic) -> Option<f64> {
+    match traffic {
+        Traffic::Iperf { flows, duration_s, bytes: None, .. } => {
+            Some(start + duration_s + flows.iter().map(|f| f.start_offset_ms / 1000.0).fold(0.0, f64::min))
+        }
+        Traffic::App(a) if a.app == crate::apps::App::Socket && a.bytes.is_none() => Some(start + a.duration_s),
+        _ => None,
+    }
+}
+
+/// Marks the network stalls that began after the sender's scheduled close: allowed, not required.
+fn mark_after_close(flows: &mut [FlowTruth], truth: &crate::Truth) {
+    if let Some(done) = sender_done(truth.traffic_start.unix_ns as f64 / 1e9, &truth.traffic_spec) {
+        for s in flows.iter_mut().flat_map(|f| f.stalls.iter_mut()).filter(|s| s.start >= done) {
+            (s.after_close, s.level) = (true, crate::stalls::Level::Maybe);
+        }
+    }
 }
 
 /// Runs one plan beside `daemon` and judges it.
@@ -187,7 +212,14 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
         .collect();
     let findings: Vec<serde_json::Value> = v["findings"].as_array().cloned().unwrap_or_default();
     let segs = crate::pcap::read(&dir.join("capture-s0.pcap"))?;
-    let flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
+    // Runs kept before the truth carried the schedule are judged without the after-close rule.
+    let truth = std::fs::read_to_string(dir.join("truth.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::Truth>(&t).ok());
+    if let Some(t) = &truth {
+        mark_after_close(&mut flows, t);
+    }
     Ok((plan.clone(), judge(&flows, &findings, f64::from(plan.rtt_ms) / 1e3)))
 }
 

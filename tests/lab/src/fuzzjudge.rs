@@ -101,6 +101,8 @@ pub struct Verdict {
 fn truth_label(s: &Stall) -> String {
     let lvl = if s.capture_gap {
         " (capture gap)"
+    } else if s.after_close {
+        " (after close)"
     } else if s.owner == Owner::Network && s.level == Level::Maybe {
         " (short)"
     } else {
@@ -365,6 +367,7 @@ mod tests {
             level,
             capture_gap: false,
             cut: false,
+            after_close: false,
         }
     }
 
@@ -372,6 +375,36 @@ mod tests {
     fn rfc3339_round_trips() {
         assert!((parse_rfc3339(&rfc(T0 + 1.25)) - (T0 + 1.25)).abs() < 1e-6);
         assert!(parse_rfc3339("yesterday").is_nan());
+    }
+
+    #[test]
+    fn a_stall_after_the_senders_close_may_go_unreported_and_is_labelled() {
+        let mut s = stall(Owner::Network, "retransmitting", T0 + 8.1, T0 + 8.8, Level::Must);
+        let v = judge(&[flow(vec![s.clone()])], &[], 0.1);
+        assert_eq!(v.failures.len(), 1, "a must-find stall before the close: {:?}", v.failures);
+        (s.after_close, s.level) = (true, Level::Maybe);
+        let v = judge(&[flow(vec![s])], &[], 0.1);
+        assert!(v.failures.is_empty(), "{:?}", v.failures);
+        assert_eq!(v.cells, vec![("network/retransmitting (after close)".to_string(), "nothing".to_string())]);
+        let t = |spec: &str| crate::fuzz::sender_done(100.0, &serde_json::from_str(spec).unwrap());
+        assert_eq!(
+            t(
+                r#"{"kind":"iperf","flows":[{"sender":0,"receiver":0,"streams":1,"start_offset_ms":0.0}],"duration_s":8.0,"bytes":null,"cc":null}"#
+            ),
+            Some(108.0)
+        );
+        assert_eq!(
+            t(r#"{"kind":"iperf","flows":[],"duration_s":8.0,"bytes":1000,"cc":null}"#),
+            None,
+            "-n: the size decides"
+        );
+        let app = |a: &str| {
+            format!(
+                r#"{{"kind":"app","app":"{a}","sender":0,"receiver":0,"streams":1,"duration_s":9.0,"bytes":null,"recv_pause":null,"rcvbuf":null,"port":8080}}"#
+            )
+        };
+        assert_eq!(t(&app("socket")), Some(109.0));
+        assert_eq!(t(&app("http")), None, "a download ends when its file is sent");
     }
 
     #[test]

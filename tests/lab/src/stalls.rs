@@ -62,6 +62,10 @@ pub struct Stall {
     /// Still going when the capture ended: its true end is unknown (not judged).
     #[serde(default)]
     pub cut: bool,
+    /// Began after the sending application closed its socket (by the run's schedule): the last
+    /// window draining, which the daemon does not judge as a new stop (README); allowed, not required.
+    #[serde(default)]
+    pub after_close: bool,
 }
 
 impl Stall {
@@ -317,6 +321,7 @@ fn classify(f: &Flow) -> Vec<Stall> {
                 level: if must { Level::Must } else { Level::Maybe },
                 capture_gap: gap,
                 cut: false,
+                after_close: false,
             });
         };
         if flight {
