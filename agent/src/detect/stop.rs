@@ -113,6 +113,8 @@ struct Conn {
     asked: Option<u64>,
     /// Owner and cause of the stop in progress as last reported.
     verdict: Option<(StopOwner, &'static str)>,
+    /// The stop in progress was reported as the receiver's at some point.
+    was_receivers: bool,
 }
 
 impl Conn {
@@ -135,6 +137,7 @@ impl Conn {
             last_stop: None,
             asked: None,
             verdict: None,
+            was_receivers: false,
         }
     }
 
@@ -334,6 +337,7 @@ impl Conn {
         };
         out.push(self.finding(now, start, Some(end), verdict));
         self.active = None;
+        self.was_receivers = false;
         self.resume = None;
         self.asked = None;
         self.ev = Evidence::default();
@@ -457,7 +461,18 @@ impl StopDetector {
                 c.ev.max_lost_delay_ns = c.ev.max_lost_delay_ns.max(r.since_prev_ns);
             }
             Body::Rto(r) => {
+                let prev = c.hold;
                 c.hold = c.hold.in_flight_at(ev.ts_ns, r.packets_out);
+                if c.active.is_none() && c.ev.rtos == 0 && prev.exact && !prev.outstanding() {
+                    // The first timeout after a look that showed nothing to send: no ACK told the
+                    // daemon that data left, but the timer did, armed by the first send after the
+                    // idle, rto_us before it fired (lab fuzz seed 23 run 1: a sender resumed into a
+                    // reverse outage, its stop dated from the next tick, 0.28 s late).
+                    let sent = ev.ts_ns.saturating_sub(u64::from(r.rto_us) * 1000).max(prev.ts_ns);
+                    if sent < c.anchor.0 {
+                        c.anchor = (sent, c.acked);
+                    }
+                }
                 c.ev.last_loss_ns = ev.ts_ns;
                 c.ev.rtos += 1;
                 if c.ev.delivered == 0 {
@@ -517,15 +532,14 @@ impl StopDetector {
                     continue;
                 }
                 let mut v = c.judge(cfg, false);
-                if c.verdict.is_some_and(|(o, _)| o == StopOwner::Receiver)
-                    && v.0 == StopOwner::Network
-                    && c.ev.rtos == 0
-                {
+                if c.was_receivers && v.0 == StopOwner::Network && c.ev.rtos == 0 {
                     // The window opened and data is in flight again: the receiver's stop winds
                     // down. The burst that refills the window may lose a few segments at the
                     // bottleneck and be repaired by fast retransmits (lab fuzz seed 2026 run 9:
                     // 3 retransmissions after a 3.3 s zero window turned it network/slow_recovery);
-                    // that is not what stopped the transfer. Only a timeout makes it the network's.
+                    // that is not what stopped the transfer. Only a timeout makes it the network's,
+                    // also when a stale look made it undetermined meanwhile (lab fuzz seed 23 run
+                    // 85: receiver -> undetermined -> network/unknown in a 24 s zero window).
                     v = (StopOwner::Receiver, "zero_window");
                 }
                 if v.0 == StopOwner::Application && c.hold.ts_ns > start {
@@ -539,6 +553,7 @@ impl StopDetector {
                 if c.verdict != Some(v) && v.0 != StopOwner::Application {
                     // The owner or cause became clearer (a fresh look, timeouts): say so now.
                     c.verdict = Some(v);
+                    c.was_receivers |= v.0 == StopOwner::Receiver;
                     out.push(c.finding(now, start, None, v));
                 }
                 continue;
@@ -587,6 +602,7 @@ impl StopDetector {
             };
             c.active = Some(start);
             c.verdict = Some(v);
+            c.was_receivers = v.0 == StopOwner::Receiver;
             out.push(c.finding(now, start, None, v));
         }
     }
@@ -959,6 +975,28 @@ mod tests {
     }
 
     #[test]
+    fn a_receivers_stop_made_undetermined_by_a_stale_look_does_not_become_the_networks_without_a_timeout() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 2000 * MS);
+        assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Receiver)), "{out:?}");
+        // A per-ACK sample of a selected connection (one ACK behind, not exact): window open,
+        // nothing in flight, data waiting: the look cannot tell.
+        let mut s = super::tests_support::sample(acked);
+        (s.selected, s.packets_out, s.in_flight, s.snd_nxt, s.snd_una, s.write_queue) =
+            (true, 0, 0, 5000, 5000, 4 << 20);
+        d.observe(&ev(t + 2010 * MS, Body::Sample(s)), &mut out);
+        run_ticks(&mut d, &mut out, t + 2010 * MS, t + 2100 * MS);
+        assert!(out.iter().any(|f| f.owner == Some(StopOwner::Undetermined)), "{out:?}");
+        // Then data in flight again, nothing delivered yet, no timeout: the stop winding down.
+        d.observe(&ev(t + 2120 * MS, snapshot(acked, 200, 3 << 20, 8 << 20, 2_000_000)), &mut out);
+        run_ticks(&mut d, &mut out, t + 2120 * MS, t + 2300 * MS);
+        assert!(out.iter().all(|f| f.owner != Some(StopOwner::Network)), "{out:?}");
+    }
+
+    #[test]
     fn a_receiver_reading_a_trickle_with_its_window_full_is_the_receivers_stop() {
         let mut d = StopDetector::new(StopConfig::default());
         let mut out = vec![];
@@ -1285,6 +1323,26 @@ mod tests {
             let out = recovery_then_sender_stopped(last_ack);
             assert_eq!(out.first().unwrap().owner, Some(StopOwner::Network));
         }
+    }
+
+    #[test]
+    fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_timeout_reveals() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        // Everything delivered, nothing waits: an idle of 1.5 s, ticked every 50 ms.
+        d.observe(&ev(t + 20 * MS, drained(acked + 100_000, 0, 1 << 22)), &mut out);
+        let resumed = t + 1500 * MS;
+        run_ticks(&mut d, &mut out, t + 20 * MS, resumed + 250 * MS);
+        assert!(out.is_empty(), "{out:?}");
+        // The sender resumed at `resumed` into an outage: no ACK, the first timeout 210 ms later,
+        // seen by the daemon after a tick that still thought the connection idle.
+        let rto = Rto { rto_us: 210_000, cwnd: 1, packets_out: 500, ..Default::default() };
+        d.observe(&ev(resumed + 210 * MS, Body::Rto(rto)), &mut out);
+        run_ticks(&mut d, &mut out, resumed + 250 * MS, resumed + 600 * MS);
+        let first = out.first().expect("a stop");
+        assert_eq!(first.owner, Some(StopOwner::Network));
+        assert_eq!(first.start_ns, resumed, "dated from the send the timer was armed by");
     }
 
     #[test]
