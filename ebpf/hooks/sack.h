@@ -49,14 +49,17 @@ static __always_inline __u8 tv_drain_class(struct tcp_sock *tp, const struct sk_
 }
 
 /* The state an ACK of everything outstanding leaves behind, reported before tcp_ack() runs: once
- * per sample interval, and at once whenever what it leaves waiting changes (data waiting or not,
- * window open or closed), so the last ACK before a silence is always known. */
+ * per sample interval (`due`: the interval since the last record has passed), and at once whenever
+ * what it leaves waiting changes (data waiting or not, window open or closed), so the last ACK
+ * before a silence is always known. A connection whose every ACK empties the pipe (a bursty or
+ * cwnd-limited trickle) gets no other sample, so the interval must bring one. */
 static __always_inline void tv_report_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
-					      const struct sk_buff *skb, struct tcp_skb_cb *cb, __u64 jnow)
+					      const struct sk_buff *skb, struct tcp_skb_cb *cb, __u64 jnow,
+					      int due)
 {
 	__u32 wnd;
 	__u8 class = tv_drain_class(tp, skb, &wnd);
-	if (st->drained_sent && st->drained_class == class)
+	if (st->drained_sent && st->drained_class == class && !due)
 		return;
 	st->drained_sent = 1;
 	st->drained_class = class;
@@ -215,7 +218,7 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			tv_round(sk, t, st, cb, cfg);
 			if (cb->ack_seq != t->snd_nxt)
 				return 0;
-			tv_report_drained(sk, t, st, skb, cb, jnow);
+			tv_report_drained(sk, t, st, skb, cb, jnow, 0);
 			return 0;
 		}
 	}
@@ -247,7 +250,7 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		tv_round(sk, tp, st, cb, cfg);
 	if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt &&
 	    tp->bytes_acked >= cfg->bulk_min_bytes) {
-		tv_report_drained(sk, tp, st, skb, cb, jnow);
+		tv_report_drained(sk, tp, st, skb, cb, jnow, cfg->bulk_interval_ns && tv_interval_passed(st, cfg, jnow));
 		return 0;
 	}
 	/* Nothing outstanding (a data segment to a receiver, not an ACK of ours) or not bulk yet:

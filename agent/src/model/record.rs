@@ -100,7 +100,7 @@ pub fn delivery_rate(delivered: u32, interval_us: u32, mss: u32) -> f64 {
     delivered as f64 * mss as f64 * 1e6 / interval_us as f64
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Retrans {
     pub seq: u32,
     pub end_seq: u32,

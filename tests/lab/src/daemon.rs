@@ -77,7 +77,9 @@ impl Daemon {
             .arg(&events)
             .arg("--ready-file")
             .arg(&ready)
-            .env("TCPVIGIL_LOG", "warn")
+            // TV_LAB_DAEMON_LOG passes a filter through, e.g. `warn,tcpvigil::stop=trace` for the
+            // stop detector's trace of every record and candidate (stderr).
+            .env("TCPVIGIL_LOG", std::env::var("TV_LAB_DAEMON_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
