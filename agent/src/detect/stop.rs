@@ -209,10 +209,15 @@ impl Conn {
     /// out only once the window opened, which the daemon does not see (lab fuzz seed 23 run 46: a
     /// 0.2 s zero window, then the refilling burst's first ACKs 0.1 s after it left, reported as a
     /// network stop dated from the window's closing).
+    /// Only a look that shows data in flight ends such a wait: one still showing the window closed
+    /// is the receiver's stall going on, whose clock runs from its start.
     fn after_idle(&mut self, prev: Hold, ts: u64) {
-        let nothing_could_leave =
-            prev.in_flight == 0 && matches!(prev.decided_owner(), Some(StopOwner::Application | StopOwner::Receiver));
-        if self.active.is_some() || !nothing_could_leave || prev.ts_ns == 0 {
+        let sent_since = match prev.decided_owner() {
+            Some(StopOwner::Application) => true,
+            Some(StopOwner::Receiver) => self.hold.in_flight > 0,
+            _ => false,
+        };
+        if self.active.is_some() || prev.in_flight > 0 || !sent_since || prev.ts_ns == 0 {
             return;
         }
         let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
@@ -1448,6 +1453,21 @@ mod tests {
         d.tick(t + 170 * MS, &mut out);
         healthy(&mut d, &mut out, t + 170 * MS, acked + 1448, 1000);
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_look_that_still_finds_the_window_closed_does_not_restart_the_receivers_stop() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        d.observe(&ev(t + 10 * MS, drained(acked, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t + 10 * MS, t + 100 * MS);
+        // The periodic snapshot, before the threshold: still nothing in flight, the window closed.
+        d.observe(&ev(t + 100 * MS, snapshot(acked, 0, 4 << 20, 0, 90_000)), &mut out);
+        run_ticks(&mut d, &mut out, t + 100 * MS, t + 1000 * MS);
+        let first = out.first().expect("a stop");
+        assert_eq!(first.owner, Some(StopOwner::Receiver));
+        assert!(first.start_ns <= t + 10 * MS, "dated from the window's closing: {}", (first.start_ns - t) / MS);
     }
 
     #[test]
