@@ -106,9 +106,12 @@ struct Conn {
     seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
     closing: bool,
-    /// (start, end) of the last stop that ended: a new one soon after it is the same stop going on
-    /// (delivery seen late can end a stop for a moment, e.g. while a receive buffer fills).
-    last_stop: Option<(u64, u64)>,
+    /// (start, end, owner) of the last stop that ended: a new one soon after it is the same stop
+    /// going on (delivery seen late can end a stop for a moment, e.g. while a receive buffer fills).
+    /// Only one of the same owner: a receiver's stall right after a network stop is a stop of its
+    /// own (lab fuzz seed 31 run 9: an outage, 0.2 s of delivery, then the receiver's window closed;
+    /// one stop network -> receiver from the outage's start).
+    last_stop: Option<(u64, u64, StopOwner)>,
     /// When a fresh look was asked for because the last one could not decide the owner.
     asked: Option<u64>,
     /// Owner and cause of the stop in progress as last reported.
@@ -187,7 +190,7 @@ impl Conn {
                 let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
                 let resumed = *self.resume.get_or_insert(ack_ts);
                 if ack_ts >= resumed + w {
-                    self.last_stop = Some((start, resumed.max(start)));
+                    self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
                     self.end(cfg, obs, start, resumed.max(start), out);
                     self.anchor = (ack_ts, acked);
                 }
@@ -226,6 +229,11 @@ impl Conn {
             self.ev = Evidence::default();
             self.asked = None;
         }
+    }
+
+    /// The owner the stop in progress was last reported with.
+    fn owner_so_far(&self) -> StopOwner {
+        self.verdict.map_or(StopOwner::Undetermined, |v| v.0)
     }
 
     /// A network stop with data still outstanding goes on after the application closes: its last
@@ -582,7 +590,7 @@ impl StopDetector {
                     // window that would confirm it never comes (the sender went idle), so the stop
                     // ended when delivery resumed.
                     if c.hold.exact && !c.hold.outstanding() && c.hold.ts_ns >= resumed {
-                        c.last_stop = Some((start, resumed.max(start)));
+                        c.last_stop = Some((start, resumed.max(start), c.owner_so_far()));
                         c.end(cfg, now, start, resumed.max(start), out);
                         c.anchor = (now, c.acked);
                     }
@@ -662,7 +670,7 @@ impl StopDetector {
                 continue;
             }
             let start = match c.last_stop {
-                Some((s, e)) if c.anchor.0.saturating_sub(e) <= threshold => s,
+                Some((s, e, o)) if c.anchor.0.saturating_sub(e) <= threshold && o == v.0 => s,
                 _ => c.anchor.0,
             };
             c.active = Some(start);
@@ -873,6 +881,23 @@ mod tests {
         assert!(out.iter().all(|f| f.start_ns == first), "{:?}", out.iter().map(|f| f.start_ns).collect::<Vec<_>>());
         let last = out.last().unwrap();
         assert!(!last.ongoing && last.duration_s.unwrap() > 0.9, "{last:?}");
+    }
+
+    #[test]
+    fn a_receivers_stall_right_after_a_network_stop_is_a_stop_of_its_own() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        run_ticks(&mut d, &mut out, t, t + 400 * MS);
+        let network = out.first().expect("a stop").start_ns;
+        // Delivery for just over the resume window ends it; then the receiver's window closes.
+        let (t2, acked2) = healthy(&mut d, &mut out, t + 400 * MS, acked, 150);
+        d.observe(&ev(t2 + 10 * MS, drained(acked2, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t2 + 10 * MS, t2 + 1000 * MS);
+        let (net, rcv): (Vec<_>, Vec<_>) = out.iter().partition(|f| f.start_ns == network);
+        assert!(net.iter().all(|f| f.owner == Some(StopOwner::Network)), "{net:?}");
+        assert!(net.last().is_some_and(|f| !f.ongoing), "{net:?}");
+        assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
     }
 
     #[test]
