@@ -118,6 +118,9 @@ struct Conn {
     verdict: Option<(StopOwner, &'static str)>,
     /// The stop in progress was reported as the receiver's at some point.
     was_receivers: bool,
+    /// When a look last showed nothing to send, until something is delivered after it: data in
+    /// flight since then left after it.
+    idle_at: Option<u64>,
 }
 
 impl Conn {
@@ -141,6 +144,7 @@ impl Conn {
             asked: None,
             verdict: None,
             was_receivers: false,
+            idle_at: None,
         }
     }
 
@@ -228,6 +232,30 @@ impl Conn {
             self.anchor = (sent_by, self.acked);
             self.ev = Evidence::default();
             self.asked = None;
+        }
+    }
+
+    /// After a look (and the progress it showed, from `acked_before`): an exact look with nothing
+    /// to send starts an idle; delivery after it ends it.
+    fn note_idle(&mut self, ts: u64, acked_before: u64) {
+        if self.hold.exact && !self.hold.outstanding() {
+            self.idle_at = Some(ts);
+        } else if self.acked > acked_before {
+            self.idle_at = None;
+        }
+    }
+
+    /// A resend or timeout at `ts` of data sent after an idle, at least `armed_ns` after that data
+    /// left: no ACK told the daemon it left (it learns of it from a later look, or from this), so
+    /// the stop clock runs from that send, not from the daemon's tick (lab fuzz seed 23 run 1: a
+    /// sender resumed into a reverse outage, dated 0.28 s late; run 82: a burst into an outage
+    /// whose first sign was a tail-loss probe; seed 31 run 39: the same after a snapshot showed the
+    /// burst in flight). Each such event bounds the send from above; the earliest bound holds.
+    fn sent_after_idle(&mut self, ts: u64, armed_ns: u64) {
+        let Some(idle) = self.idle_at.filter(|_| self.active.is_none()) else { return };
+        let sent = ts.saturating_sub(armed_ns).max(idle);
+        if sent < self.anchor.0 {
+            self.anchor = (sent, self.acked);
         }
     }
 
@@ -465,7 +493,9 @@ impl StopDetector {
                 c.ev.min_cwnd = Some(c.ev.min_cwnd.map_or(s.cwnd, |m| m.min(s.cwnd)));
                 c.ev.ca_states.insert(s.ca_state);
                 let healthy_before = c.active.is_none();
+                let acked_before = c.acked;
                 c.progress(cfg, ev.ts_ns, ev.ts_ns, s.bytes_acked, out);
+                c.note_idle(ev.ts_ns, acked_before);
                 // Only healthy delivery moves the baseline (a slowdown is not its own yardstick).
                 let healthy_now = c.anchor == (ev.ts_ns, c.acked) && c.acked > 0;
                 // The baseline is the kernel's per-ACK rate sample, but never more than what was
@@ -491,27 +521,19 @@ impl StopDetector {
                 c.hold = Hold::of_snapshot(ev.ts_ns, s);
                 c.after_idle(idle, ev.ts_ns);
                 let ack_ts = ev.ts_ns.saturating_sub(s.last_ack_age_us as u64 * 1000);
+                let acked_before = c.acked;
                 c.progress(cfg, ev.ts_ns, ack_ts, s.bytes_acked, out);
+                c.note_idle(ev.ts_ns, acked_before);
                 if c.closing {
                     c.look_after_close(cfg, ev.ts_ns, ack_ts, out);
                 }
             }
             Body::Retrans(r) => {
-                let prev = c.hold;
                 c.hold = c.hold.in_flight_at(ev.ts_ns, r.packets_out);
-                if c.active.is_none() && c.ev.retrans_segs == 0 && c.ev.rtos == 0 && prev.exact && !prev.outstanding() {
-                    // The first resend after a look that showed nothing to send: the data left
-                    // after that look and at least a probe timeout (2 srtt; one srtt for a fast
-                    // retransmit, which needs an ACK's round trip) before this resend (lab fuzz
-                    // seed 23 run 82: a 6 Mbit/s sender's burst into an outage, its stop dated
-                    // from the tail-loss probe, 0.15 s late).
-                    let srtt = u64::from(c.srtt_us) * 1000;
-                    let pto = if r.ca_state == 0 { 2 * srtt } else { srtt };
-                    let sent = ev.ts_ns.saturating_sub(pto).max(prev.ts_ns);
-                    if sent < c.anchor.0 {
-                        c.anchor = (sent, c.acked);
-                    }
-                }
+                // A tail-loss probe (CA state Open) fires 2 srtt after the last send; a fast
+                // retransmit needs an ACK's round trip, one srtt at least.
+                let srtt = u64::from(c.srtt_us) * 1000;
+                c.sent_after_idle(ev.ts_ns, if r.ca_state == 0 { 2 * srtt } else { srtt });
                 c.ev.last_loss_ns = ev.ts_ns;
                 c.ev.retrans_segs += r.segs as u64;
                 if r.lost_retrans {
@@ -526,18 +548,10 @@ impl StopDetector {
                 c.ev.max_lost_delay_ns = c.ev.max_lost_delay_ns.max(r.since_prev_ns);
             }
             Body::Rto(r) => {
-                let prev = c.hold;
                 c.hold = c.hold.in_flight_at(ev.ts_ns, r.packets_out);
-                if c.active.is_none() && c.ev.rtos == 0 && prev.exact && !prev.outstanding() {
-                    // The first timeout after a look that showed nothing to send: no ACK told the
-                    // daemon that data left, but the timer did, armed by the first send after the
-                    // idle, rto_us before it fired (lab fuzz seed 23 run 1: a sender resumed into a
-                    // reverse outage, its stop dated from the next tick, 0.28 s late).
-                    let sent = ev.ts_ns.saturating_sub(u64::from(r.rto_us) * 1000).max(prev.ts_ns);
-                    if sent < c.anchor.0 {
-                        c.anchor = (sent, c.acked);
-                    }
-                }
+                // The timer was armed by the first send after the idle (or re-armed later), rto
+                // before it fired.
+                c.sent_after_idle(ev.ts_ns, u64::from(r.rto_us) * 1000);
                 c.ev.last_loss_ns = ev.ts_ns;
                 c.ev.rtos += 1;
                 if c.ev.delivered == 0 {
@@ -1418,7 +1432,7 @@ mod tests {
     /// An idle of 1.5 s ticked every 50 ms, then data sent at `resumed` into an outage: no ACK,
     /// only `resend` at `resumed + after_ms`, seen after a tick that still thought the connection
     /// idle. Returns the first stop and `resumed`.
-    fn first_stop_after_idle_resend(resend: Body, after_ms: u64) -> (Finding, u64) {
+    fn first_stop_after_idle_resend(resend: Body, after_ms: u64, looked: bool) -> (Finding, u64) {
         let mut d = StopDetector::new(StopConfig::default());
         let mut out = vec![];
         let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
@@ -1426,6 +1440,13 @@ mod tests {
         let resumed = t + 1520 * MS;
         run_ticks(&mut d, &mut out, t + 20 * MS, resumed);
         d.tick(resumed + (after_ms - 10) * MS, &mut out);
+        if looked {
+            // A periodic snapshot shows the burst in flight, nothing acknowledged since the idle.
+            d.observe(
+                &ev(resumed + (after_ms - 5) * MS, snapshot(acked + 100_000, 92, 0, 1 << 22, 1_500_000)),
+                &mut out,
+            );
+        }
         assert!(out.is_empty(), "{out:?}");
         d.observe(&ev(resumed + after_ms * MS, resend), &mut out);
         run_ticks(&mut d, &mut out, resumed + after_ms * MS, resumed + 600 * MS);
@@ -1436,15 +1457,20 @@ mod tests {
     fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_first_resend_reveals() {
         // The first timeout, rto after the send that armed it.
         let rto = Rto { rto_us: 210_000, cwnd: 1, packets_out: 500, ..Default::default() };
-        let (first, resumed) = first_stop_after_idle_resend(Body::Rto(rto), 210);
+        let (first, resumed) = first_stop_after_idle_resend(Body::Rto(rto.clone()), 210, false);
         assert_eq!(first.owner, Some(StopOwner::Network));
         assert_eq!(first.start_ns, resumed, "dated from the send the timer was armed by");
         // A tail-loss probe in CA state Open, 2 srtt after the last send (lab fuzz seed 23 run 82).
         let tlp =
             crate::model::Retrans { segs: 1, ca_state: 0, count: 1, cwnd: 10, packets_out: 10, ..Default::default() };
-        let (first, resumed) = first_stop_after_idle_resend(Body::Retrans(tlp), 40);
+        let (first, resumed) = first_stop_after_idle_resend(Body::Retrans(tlp.clone()), 40, false);
         assert_eq!(first.owner, Some(StopOwner::Network));
         assert_eq!(first.start_ns, resumed, "dated from the send the probe timer was armed by");
+        // The same when a snapshot showed the data in flight before the resend (seed 31 run 39).
+        for resend in [(Body::Rto(rto), 210), (Body::Retrans(tlp), 40)] {
+            let (first, resumed) = first_stop_after_idle_resend(resend.0, resend.1, true);
+            assert_eq!(first.start_ns, resumed, "dated from the send after a look that showed it in flight");
+        }
     }
 
     #[test]
