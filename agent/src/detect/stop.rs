@@ -599,6 +599,22 @@ impl StopDetector {
         for c in self.conns.values_mut() {
             let threshold = cfg.threshold_ns(c.srtt_us);
             if let Some(start) = c.active {
+                let h = c.hold;
+                if c.owner_so_far() == StopOwner::Network
+                    && h.exact
+                    && h.in_flight == 0
+                    && h.ts_ns > c.ev.last_loss_ns.max(start)
+                {
+                    // Everything sent was delivered after the last loss: the network holds nothing
+                    // back, whatever waits behind the window now (lab fuzz seed 31 run 9: an outage,
+                    // 0.2 s of delivery, then a receiver's zero window, one network stop through
+                    // both). It ended when delivery resumed; a receiver's stall is a stop of its own.
+                    let end = c.resume.unwrap_or(h.ts_ns).max(start);
+                    c.last_stop = Some((start, end, StopOwner::Network));
+                    c.end(cfg, now, start, end, out);
+                    c.anchor = (h.ts_ns, c.acked);
+                    continue;
+                }
                 if let Some(resumed) = c.resume {
                     // Delivery resumed and a later exact look shows nothing left to send: the
                     // window that would confirm it never comes (the sender went idle), so the stop
@@ -911,6 +927,26 @@ mod tests {
         let (net, rcv): (Vec<_>, Vec<_>) = out.iter().partition(|f| f.start_ns == network);
         assert!(net.iter().all(|f| f.owner == Some(StopOwner::Network)), "{net:?}");
         assert!(net.last().is_some_and(|f| !f.ongoing), "{net:?}");
+        assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
+    }
+
+    #[test]
+    fn a_network_stop_ends_when_everything_sent_is_delivered_though_the_window_then_closes() {
+        let mut d = StopDetector::new(StopConfig::default());
+        let mut out = vec![];
+        let (t, acked) = healthy(&mut d, &mut out, 0, 0, 1000);
+        let at = three_timeouts(&mut d, &mut out, t);
+        assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
+        // Delivery resumes for 50 ms (under the window that confirms it), then the last ACK
+        // acknowledges everything sent and closes the window: the receiver stopped reading.
+        let (t2, acked2) = healthy(&mut d, &mut out, at + 20 * MS, acked, 50);
+        d.observe(&ev(t2 + 10 * MS, drained(acked2 + 1448, 4 << 20, 0)), &mut out);
+        run_ticks(&mut d, &mut out, t2 + 10 * MS, t2 + 1500 * MS);
+        let network = out[0].start_ns;
+        let (net, rcv): (Vec<_>, Vec<_>) = out.iter().partition(|f| f.start_ns == network);
+        assert!(net.iter().all(|f| f.owner == Some(StopOwner::Network)), "{net:?}");
+        let end = net.last().expect("network");
+        assert!(!end.ongoing && end.start_ns + (end.duration_s.unwrap() * 1e9) as u64 <= t2 + 10 * MS, "{end:?}");
         assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
     }
 
