@@ -13,9 +13,12 @@
 # The root reaches only the Debian mirror (apt) and crates.io (cargo); the daemon listens on loopback.
 # The debootstrap result is cached as target/fresh-debian/base-*.tar (a rerun skips debootstrap);
 # each run unpacks it into a new root and deletes that root at the end (TV_FRESH_KEEP=1 keeps it).
+# TV_FRESH_CACHE=DIR keeps the root's cargo registry and target directory in DIR between runs
+# (a rerun then compiles only what changed); unset, both are inside the root: a cold build.
 #
 #   bash scripts/ci-fresh-debian.sh
 #   TV_LOCK=/tmp/tcpvigil-root.lock bash scripts/ci-fresh-debian.sh
+#   TV_FRESH_CACHE=/var/cache/tcpvigil-fresh bash scripts/ci-fresh-debian.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -90,6 +93,11 @@ in_root() {
 		mount --rbind /dev "$r/dev"
 		mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
 		mount -t tmpfs tmpfs "$r/run"
+		if [[ -n ${TV_FRESH_CACHE:-} ]]; then
+			mkdir -p "$TV_FRESH_CACHE/registry" "$TV_FRESH_CACHE/target" "$r/root/.cargo/registry" "$r/src/tcpvigil/target"
+			mount --bind "$TV_FRESH_CACHE/registry" "$r/root/.cargo/registry"
+			mount --bind "$TV_FRESH_CACHE/target" "$r/src/tcpvigil/target"
+		fi
 		exec chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" /bin/bash -c "cd /src/tcpvigil && $*"
 	' in_root "$root" "$@" >"$log" 2>&1
