@@ -13,6 +13,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 EXPOSURE_MAX=${EXPOSURE_MAX:-3.0}

@@ -8,6 +8,8 @@
 # release build of the workspace would cost minutes; `bash scripts/package-deb.sh` builds release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 start=$SECONDS
 fail() { echo "ci-package: FAIL: $*" >&2; exit 1; }
 ok() { echo "ci-package: ok: $*"; }

@@ -8,6 +8,8 @@
 # hardening directive it has (DynamicUser, ProtectSystem, SystemCallFilter, ...), Type=notify.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 start=$SECONDS
 fail() { echo "ci-systemd: FAIL: $*" >&2; [[ -n ${name:-} ]] && podman exec "$name" journalctl -u tcpvigil --no-pager 2>/dev/null | tail -20 >&2; exit 1; }
 ok() { echo "ci-systemd: ok: $*"; }
