@@ -116,7 +116,9 @@ say "run.sh installed the dependencies and built the release binary with $toolch
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 if [[ -n ${TV_LOCK:-} ]]; then
 	exec {lockfd}>"$TV_LOCK"
+	waited=$SECONDS
 	flock "$lockfd"
+	say "waited $((SECONDS - waited)) s for $TV_LOCK"
 fi
 (IN_ROOT_EXEC=1 in_root "$logs/run.log" bash scripts/run.sh --listen "127.0.0.1:$port") &
 daemon=$!
