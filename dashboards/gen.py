@@ -139,7 +139,7 @@ def fleet():
     y += 1
     ps += [
         panel("timeseries", "Stops by host, owner and cause",
-              "Communication stops that ended per interval, by whose they were (network, receiver) and cause (000: cwnd collapse in Recovery, lost retransmissions, RTO).",
+              "Communication stops that ended per interval, by whose they were (network, receiver) and cause (cwnd collapse in Recovery, retransmissions lost again, RTO, ...).",
               [target(f"sum by (instance, owner, cause) (increase(tcpvigil_stops_total{{{SEL}}}[$__rate_interval]))",
                       "{{instance}} {{owner}} {{cause}}")], "short", 0, y),
         panel("timeseries", "Stops in progress by owner and cause", "Stops going on at each moment: the network's, a receiver's, or not yet decided.",
@@ -152,7 +152,7 @@ def fleet():
                target(f"histogram_quantile(0.9, sum by (le) (rate(tcpvigil_stop_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p90")],
               "s", 0, y),
         panel("timeseries", "Retransmissions, lost retransmissions, RTOs",
-              "Host-wide rates: retransmitted segments, retransmissions lost again (000), retransmission timeouts (003).",
+              "Host-wide rates: retransmitted segments, retransmissions lost again, retransmission timeouts.",
               [target(f"sum by (instance) (rate(tcpvigil_retransmitted_segments_total{{{SEL}}}[$__rate_interval]))", "{{instance}} retransmitted"),
                target(f"sum by (instance) (rate(tcpvigil_lost_retransmissions_total{{{SEL}}}[$__rate_interval]))", "{{instance}} lost again"),
                target(f"sum by (instance) (rate(tcpvigil_retransmission_timeouts_total{{{SEL}}}[$__rate_interval]))", "{{instance}} RTO")],
@@ -169,18 +169,27 @@ def fleet():
               [target(f"count by (prefix) (max_over_time(tcpvigil_prefix_stops_in_progress{{{SEL}}}[1m]) > 0)", "{{prefix}}")], "short", 12, y),
     ]
     y += 8
+    ps += [
+        panel("timeseries", "Share of bulk connections stopped",
+              "Connections in a stop over the host's open bulk connections, by owner (the recording rule "
+              "instance:tcpvigil_stopped_share:ratio). A quarter of them stopped in the network, or by a receiver, "
+              "for a minute is what the host's stop alerts fire on; one stop among many is not.",
+              [target(f"instance:tcpvigil_stopped_share:ratio{{{SEL}}}", "{{instance}} {{owner}}")],
+              "percentunit", 0, y, w=24, h=6, defaults={"min": 0, "max": 1}),
+    ]
+    y += 6
     ps.append(row("Throughput, fairness, limits", y))
     y += 1
     ps += [
         panel("timeseries", "Goodput by host", "Bytes acknowledged per second, summed per host.",
               [target(f"sum by (instance) (tcpvigil_conn_goodput_bytes_per_second{{{SEL}}})", "{{instance}}")], "Bps", 0, y),
         panel("timeseries", "Limited connections by reason",
-              "Connections held back by the receive window or send buffer (002) or by missing SACK / window scaling / small MSS (004).",
+              "Connections held back by the receive window or send buffer, or by missing SACK / window scaling / a small MSS.",
               [target(f"sum by (reason) (tcpvigil_limited_connections{{{SEL}}})", "{{reason}}")], "short", 12, y),
     ]
     y += 8
     ps += [
-        panel("table", "Unfair groups", "Groups the agent finds unfair now, most unfair first (001).",
+        panel("table", "Unfair groups", "Groups the agent finds unfair now, most unfair first (Jain's index: 1 = even, 1/n = one stream moves everything).",
               [target(f"min by (instance, group) (tcpvigil_group_fairness_index{{{SEL}}})", instant=True, fmt="table")],
               "none", 0, y, w=24, h=6),
     ]
@@ -219,13 +228,13 @@ def drilldown():
     y += 1
     ps += [
         panel("timeseries", "Goodput and delivery rate",
-              "Bytes acknowledged per second, and the kernel's ACK-rate bandwidth estimate (003), per connection. "
+              "Bytes acknowledged per second, and the kernel's ACK-rate bandwidth estimate (delivery rate), per connection. "
               "Prometheus sees scrape-interval bins; for RTT-scale bins use tcpvigil record + plot.",
               [target(f"tcpvigil_conn_goodput_bytes_per_second{{{SELC}}}", "{{instance}} {{conn}} {{comm}} goodput"),
                target(f"tcpvigil_conn_delivery_rate_bytes_per_second{{{SELC}}}", "{{instance}} {{conn}} delivery rate")],
               "Bps", 0, y),
         panel("timeseries", "cwnd and in_flight",
-              "Congestion window and segments in flight (packets_out - lost_out - sacked_out + retrans_out): the picture of 000's figure 6.",
+              "Congestion window and segments in flight (packets_out - lost_out - sacked_out + retrans_out): in a communication stop, in_flight falls to zero and cwnd to one segment.",
               [target(f"tcpvigil_conn_cwnd_segments{{{SELC}}}", "{{instance}} {{conn}} cwnd"),
                target(f"tcpvigil_conn_in_flight_segments{{{SELC}}}", "{{instance}} {{conn}} in_flight")],
               "short", 12, y),
@@ -243,7 +252,7 @@ def drilldown():
     ps += [
         panel("timeseries", "Smoothed RTT", "The kernel's srtt per connection.",
               [target(f"tcpvigil_conn_srtt_seconds{{{SELC}}}", "{{instance}} {{conn}}")], "s", 0, y, w=8),
-        panel("timeseries", "Efficiency", "Goodput over the best delivery rate seen on the connection (000 reported 15 % in the worst run).",
+        panel("timeseries", "Efficiency", "Goodput over the best delivery rate seen on the connection: how much of what the path delivered at best the transfer gets.",
               [target(f"tcpvigil_conn_efficiency_ratio{{{SELC}}}", "{{instance}} {{conn}}")], "percentunit", 8, y, w=8,
               defaults={"min": 0, "max": 1}),
         panel("timeseries", "Everything else", "Connections outside the top-K, summed (conn=\"other\").",
@@ -252,28 +261,35 @@ def drilldown():
               "Bps", 16, y, w=8),
     ]
     y += 8
-    ps.append(row("Transfer: streams across the selected hosts (001)", y))
+    ps.append(row("Transfer: streams across hosts", y))
     y += 1
     good = f"tcpvigil_conn_goodput_bytes_per_second{{{SELT}}}"
+    # The transfer recording rules (deploy/prometheus/tcpvigil.rules.yml): every host's streams of
+    # a transfer, one-minute averages, the numbers TcpvigilUnfairTransferAcrossHosts reads. The
+    # per-transfer ones have no job or instance label (dashboards/.lint excepts that panel).
+    tr = 'transfer=~"$transfer"'
     ps += [
         panel("timeseries", "Per-stream share",
-              "Each stream's share of its transfer's goodput over the selected hosts (name transfers with [[export.transfers]]).",
-              [target(f"{good} / on (transfer) group_left () sum by (transfer) ({good})", "{{transfer}} {{instance}} {{conn}}")],
+              "Each stream's share of its transfer's goodput over every host (one-minute averages; name transfers with "
+              "[[export.transfers]]), on the selected hosts.",
+              [target(f"transfer_conn:tcpvigil_goodput_share:ratio{{{SEL},{tr}}}", "{{transfer}} {{instance}} {{conn}}")],
               "percentunit", 0, y, custom={"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60}),
         panel("timeseries", "Fairness across hosts",
-              "Jain's index, slowest/fastest, and n x slowest / total (the efficiency an even split would get), per transfer.",
-              [target(f"sum by (transfer) ({good}) ^ 2 / (count by (transfer) ({good}) * sum by (transfer) ({good} ^ 2))", "{{transfer}} Jain"),
-               target(f"min by (transfer) ({good}) / max by (transfer) ({good})", "{{transfer}} min/max"),
-               target(f"count by (transfer) ({good}) * min by (transfer) ({good}) / sum by (transfer) ({good})", "{{transfer}} even split")],
-              "percentunit", 12, y, defaults={"min": 0, "max": 1}),
+              "Per transfer, over every host's streams (one-minute averages, as the alert sees them): Jain's index "
+              "(1 = even, 1/n = one stream moves everything), slowest/fastest, and n x slowest / total (the efficiency an "
+              "even split of the data would get).",
+              [target(f"transfer:tcpvigil_fairness:jain{{{tr}}}", "{{transfer}} Jain"),
+               target(f"transfer:tcpvigil_min_max:ratio{{{tr}}}", "{{transfer}} min/max"),
+               target(f"transfer:tcpvigil_even_split_efficiency:ratio{{{tr}}}", "{{transfer}} even split")],
+              "none", 12, y, defaults={"min": 0, "max": 1, "decimals": 2}),
     ]
     y += 8
     ps += [
         panel("timeseries", "Unfair groups found by the agent",
-              "Per-host groups the detector finds unfair: fairness index and even-split efficiency.",
+              "Per-host groups the detector finds unfair: Jain's index (1 = even) and the efficiency an even split would get.",
               [target(f"tcpvigil_group_fairness_index{{{SEL}}}", "{{instance}} {{group}} Jain"),
                target(f"tcpvigil_group_even_split_efficiency_ratio{{{SEL}}}", "{{instance}} {{group}} even split")],
-              "percentunit", 0, y, defaults={"min": 0, "max": 1}),
+              "none", 0, y, defaults={"min": 0, "max": 1, "decimals": 2}),
         panel("timeseries", "Transfer goodput by host", "Goodput of each named transfer, per host.",
               [target(f"sum by (transfer, instance) ({good})", "{{transfer}} {{instance}}")], "Bps", 12, y),
     ]

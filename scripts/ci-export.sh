@@ -13,6 +13,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 EXPOSURE_MAX=${EXPOSURE_MAX:-3.0}
@@ -102,7 +104,7 @@ else
 fi
 
 # --- A real Prometheus scraping a synthetic agent: every rule and dashboard expression must
-# return data, and the stop alert must fire. ---------------------------------------------------
+# return data; one stop among eight bulk connections must not alert. ---------------------------
 say "real Prometheus against a synthetic agent"
 if command -v prometheus >/dev/null 2>&1 || apt_install prometheus prometheus; then
 	read -r agent_port prom_port < <(python3 -c '
@@ -169,16 +171,23 @@ for where, e in exprs:
 print(f"{len(exprs) - bad} of {len(exprs)} dashboard and recording-rule expressions returned data")
 alerts = {a["labels"]["alertname"]: a["state"] for a in get("alerts")["alerts"]}
 print("alerts:", alerts)
-if alerts.get("TcpvigilCommunicationStop") != "firing":
+# One network stop among the synthetic agent's eight bulk connections: a share of 1/8, below the
+# stop alert's quarter, so the alert stays silent (a fleet host alerts on shares, not on one stop).
+share = [float(r["value"][1]) for r in get("query", query='instance:tcpvigil_stopped_share:ratio{owner="network"}')["result"]]
+print("network stop share:", share)
+if not (len(share) == 1 and 0 < share[0] < 0.25):
     bad += 1
-    print("TcpvigilCommunicationStop is not firing")
+    print("the stopped share is not one stop among several bulk connections")
+if "TcpvigilCommunicationStop" in alerts:
+    bad += 1
+    print("TcpvigilCommunicationStop is active for one stop among eight bulk connections")
 for pending in ("TcpvigilUnfairGroup", "TcpvigilBufferLimited", "TcpvigilDroppingData"):
     if alerts.get(pending) != "pending":
         bad += 1
         print(f"{pending} is not pending")
 sys.exit(1 if bad else 0)
 PY_EOF
-		ok "real Prometheus: expressions return data, stop alert fires"
+		ok "real Prometheus: expressions return data, the stop share is computed, one stop of eight does not alert"
 	else
 		tail -n 5 "$work/prometheus.log" "$work/agent.log" >&2 || true
 		fail "real Prometheus end-to-end"
@@ -190,6 +199,75 @@ else
 	skip "prometheus (Debian package) not installed"
 fi
 
+# --- Alertmanager: the shipped routing and inhibit rules, against a real Alertmanager. --------
+say "Alertmanager: deploy/prometheus/alertmanager.yml (amtool, and a live inhibition check)"
+if command -v amtool >/dev/null 2>&1 || apt_install amtool prometheus-alertmanager; then
+	am_cfg=deploy/prometheus/alertmanager.yml
+	if amtool check-config "$am_cfg" >/dev/null &&
+		[[ $(amtool config routes test --config.file="$am_cfg" severity=critical 2>/dev/null) == pager ]] &&
+		[[ $(amtool config routes test --config.file="$am_cfg" severity=warning 2>/dev/null) == tickets ]]; then
+		ok "amtool: config checks; critical goes to the pager, warning does not"
+	else
+		fail "amtool check-config / routes test of $am_cfg"
+	fi
+	am_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	# No cluster listener (it would bind every interface and gossip).
+	prometheus-alertmanager --config.file="$am_cfg" --storage.path="$work/am" \
+		--web.listen-address="127.0.0.1:$am_port" --cluster.listen-address= >"$work/am.log" 2>&1 &
+	am_pid=$!
+	if python3 - "$am_port" <<'PY_EOF'; then
+import json, sys, time, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}/api/v2/"
+for _ in range(100):
+    try:
+        urllib.request.urlopen(base + "status", timeout=2).read()
+        break
+    except Exception:
+        time.sleep(0.1)
+
+def alert(name, want, **labels):
+    return (dict(alertname=name, **labels), want)
+
+# (labels, expected state): "suppressed" = inhibited by a path event.
+cases = [
+    # host a: a path event to 10.1.0.0/24 pages; the host's stop share alert beside it is its members'.
+    alert("TcpvigilPathEvent", "active", job="tcpvigil", instance="a:9977", prefix="10.1.0.0/24", severity="critical"),
+    alert("TcpvigilCommunicationStop", "suppressed", job="tcpvigil", instance="a:9977", severity="warning"),
+    alert("TcpvigilStopsRecurring", "suppressed", job="tcpvigil", instance="a:9977", severity="warning"),
+    # host b: stops with no path event: they alert.
+    alert("TcpvigilCommunicationStop", "active", job="tcpvigil", instance="b:9977", severity="warning"),
+    # 10.2.0.0/24 fails on several hosts: one fleet page; each host's path event towards it is
+    # inhibited, and so (through it) is that host's stop alert.
+    alert("TcpvigilPathEventAcrossHosts", "active", prefix="10.2.0.0/24", severity="critical"),
+    alert("TcpvigilPathEvent", "suppressed", job="tcpvigil", instance="c:9977", prefix="10.2.0.0/24", severity="critical"),
+    alert("TcpvigilCommunicationStop", "suppressed", job="tcpvigil", instance="c:9977", severity="warning"),
+    # host d: a path event to another prefix is not inhibited by the fleet alert for 10.2.0.0/24.
+    alert("TcpvigilPathEvent", "active", job="tcpvigil", instance="d:9977", prefix="10.3.0.0/24", severity="critical"),
+]
+body = json.dumps([{"labels": l} for l, _ in cases]).encode()
+req = urllib.request.Request(base + "alerts", data=body, headers={"Content-Type": "application/json"}, method="POST")
+urllib.request.urlopen(req, timeout=5).read()
+time.sleep(1)
+got = {tuple(sorted(a["labels"].items())): a["status"]["state"] for a in json.load(urllib.request.urlopen(base + "alerts", timeout=5))}
+bad = 0
+for labels, want in cases:
+    state = got.get(tuple(sorted(labels.items())), "missing")
+    mark = "ok" if state == want else "WRONG"
+    bad += state != want
+    print(f"  {mark}: {labels['alertname']} {labels.get('instance', '')} {labels.get('prefix', '')}: {state} (want {want})")
+sys.exit(1 if bad else 0)
+PY_EOF
+		ok "Alertmanager inhibits the member stops of path events, and only those"
+	else
+		tail -n 5 "$work/am.log" >&2 || true
+		fail "Alertmanager inhibition"
+	fi
+	kill "$am_pid" 2>/dev/null || true
+	wait "$am_pid" 2>/dev/null || true
+else
+	skip "amtool / prometheus-alertmanager (Debian package prometheus-alertmanager) not installed"
+fi
+
 # --- The README's install command (scripts/install.sh) into a temporary root: binary, unit,
 # config and rules in place, the installed config accepted by the installed binary. ------------
 say "scripts/install.sh into a temporary root"
@@ -198,10 +276,10 @@ tv_bin="${CARGO_TARGET_DIR:-$root/target}/debug/tcpvigil"
 if [[ -x "$tv_bin" ]] || cargo build -q --locked -p tcpvigil --bin tcpvigil; then
 	if DESTDIR="$destdir" TCPVIGIL_BIN="$tv_bin" bash scripts/install.sh &&
 		[[ -x "$destdir/usr/local/bin/tcpvigil" && -f "$destdir/etc/tcpvigil/tcpvigil.toml" &&
-			-f "$destdir/etc/systemd/system/tcpvigil.service" &&
+			-f "$destdir/etc/systemd/system/tcpvigil.service" && -f "$destdir/etc/logrotate.d/tcpvigil" &&
 			-f "$destdir/etc/prometheus/rules/tcpvigil.rules.yml" ]] &&
 		{ ! command -v promtool >/dev/null 2>&1 || promtool check rules "$destdir/etc/prometheus/rules/tcpvigil.rules.yml"; }; then
-		ok "install.sh: binary, unit, config and rules installed; the installed config checks"
+		ok "install.sh: binary, unit, config, logrotate snippet and rules installed; the installed config checks"
 	else
 		fail "install.sh into $destdir"
 	fi

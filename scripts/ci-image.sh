@@ -9,6 +9,8 @@
 # the caller's (it lacks CAP_SYS_RESOURCE to raise them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 start=$SECONDS
 fail() { echo "ci-image: FAIL: $*" >&2; exit 1; }
 ok() { echo "ci-image: ok: $*"; }

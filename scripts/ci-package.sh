@@ -8,6 +8,8 @@
 # release build of the workspace would cost minutes; `bash scripts/package-deb.sh` builds release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 start=$SECONDS
 fail() { echo "ci-package: FAIL: $*" >&2; exit 1; }
 ok() { echo "ci-package: ok: $*"; }
@@ -48,6 +50,7 @@ for sub in run record watch analyze plot check; do
 done
 grep -q '^ExecStart=/usr/bin/tcpvigil run' "$x/root/lib/systemd/system/tcpvigil.service" || fail "unit ExecStart"
 grep -q '/usr/local' "$x/root/lib/systemd/system/tcpvigil.service" && fail "unit refers to /usr/local"
+grep -qx /etc/logrotate.d/tcpvigil "$x/ctl/conffiles" || fail "the logrotate snippet is not a conffile"
 ok "lint: control fields, conffiles, md5sums, owners, modes, scripts, copyright, stripped, man pages, unit paths"
 
 # --- install ---
@@ -62,6 +65,19 @@ bash -c '. /usr/share/bash-completion/completions/tcpvigil && complete -p tcpvig
 if command -v systemd-analyze >/dev/null; then
 	systemd-analyze verify /lib/systemd/system/tcpvigil.service || fail "systemd-analyze verify"
 	ok "systemd-analyze verify of the installed unit"
+fi
+
+# The logrotate snippet as logrotate reads it (-d: debug, nothing is rotated). The rotation itself
+# against the running service (postrotate's SIGHUP through systemctl) is in scripts/ci-systemd.sh.
+if command -v logrotate >/dev/null; then
+	logrotate -d -s "$x/logrotate.state" /etc/logrotate.d/tcpvigil >"$x/logrotate.txt" 2>&1 ||
+		{ cat "$x/logrotate.txt" >&2; fail "logrotate -d /etc/logrotate.d/tcpvigil"; }
+	grep -q 'rotating pattern: /var/log/tcpvigil/\*.jsonl' "$x/logrotate.txt" ||
+		{ cat "$x/logrotate.txt" >&2; fail "logrotate does not read the pattern of /etc/logrotate.d/tcpvigil"; }
+	grep -qi 'error' "$x/logrotate.txt" && { cat "$x/logrotate.txt" >&2; fail "logrotate -d reports an error"; }
+	ok "logrotate -d reads /etc/logrotate.d/tcpvigil without error"
+else
+	fail "logrotate is not installed (scripts/install-deps.sh)"
 fi
 
 # --- the unit's commands, by hand ---

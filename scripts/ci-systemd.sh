@@ -8,6 +8,8 @@
 # hardening directive it has (DynamicUser, ProtectSystem, SystemCallFilter, ...), Type=notify.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/toolchain.sh # a cargo at least as new as rust-version (Debian's when rustup's is older)
+tv_use_toolchain
 start=$SECONDS
 fail() { echo "ci-systemd: FAIL: $*" >&2; [[ -n ${name:-} ]] && podman exec "$name" journalctl -u tcpvigil --no-pager 2>/dev/null | tail -20 >&2; exit 1; }
 ok() { echo "ci-systemd: ok: $*"; }
@@ -73,12 +75,35 @@ ct systemctl start tcpvigil
 ct test -d /var/lib/private/tcpvigil/dumps || fail "StateDirectory= dumps"
 ok "reload (same PID), stop (exit 0), start; dumps under /var/lib/private/tcpvigil (DynamicUser)"
 
+# The events file through the shipped logrotate snippet: a forced rotation renames it, postrotate's
+# SIGHUP (systemctl kill) makes the running daemon create it anew, owned and moded as the first.
+events=/var/log/tcpvigil/findings.jsonl
+ct sed -i "s|^# events = \"$events\"|events = \"$events\"|" /etc/tcpvigil/tcpvigil.toml
+ct grep -q "^events = \"$events\"" /etc/tcpvigil/tcpvigil.toml || fail "could not enable export.events in the config"
+ct systemctl restart tcpvigil
+for _ in $(seq 60); do ct test -f "$events" && break; sleep 0.5; done
+ct test -f "$events" || fail "the daemon did not create $events"
+pid=$(ct systemctl show -p MainPID --value tcpvigil)
+first=$(ct stat -c '%U %a' "$events")
+# No finding comes without traffic: a line makes the file worth rotating (notifempty).
+ct sh -c "echo '{\"marker\":\"before the rotation\"}' >> $events"
+ct logrotate -f /etc/logrotate.d/tcpvigil >"$work_log" 2>&1 || { cat "$work_log"; fail "logrotate -f /etc/logrotate.d/tcpvigil"; }
+ct grep -q 'before the rotation' "$events.1" || fail "the rotated file $events.1 does not hold the line written before"
+for _ in $(seq 40); do ct test -f "$events" && break; sleep 0.25; done
+ct test -f "$events" || fail "after the rotation the daemon did not reopen (create) $events: postrotate's SIGHUP did not reach it"
+ct grep -q 'before the rotation' "$events" && fail "the new $events holds the old line"
+user=$(ct ps -o user= -p "$pid" | tr -d ' ')
+[[ $first == "$user "* ]] || fail "$events was created by $first, not by the service's user $user"
+[[ $(ct stat -c '%U %a' "$events") == "$first" ]] || fail "new $events: $(ct stat -c '%U %a' "$events"), the first was $first"
+[[ $(ct systemctl show -p MainPID --value tcpvigil) == "$pid" ]] || fail "the daemon was restarted, not signalled"
+ok "logrotate -f rotated $events; postrotate's SIGHUP made the daemon (same PID) create it anew ($first)"
+
 ct dpkg -r tcpvigil >/dev/null 2>&1 || fail "dpkg -r"
 [[ $(ct systemctl is-active tcpvigil || true) != active ]] || fail "still running after remove"
 ct test -f /etc/tcpvigil/tcpvigil.toml || fail "remove deleted the conffile"
 ct test ! -e /etc/systemd/system/multi-user.target.wants/tcpvigil.service || fail "still enabled after remove"
 ct dpkg -P tcpvigil >/dev/null 2>&1 || fail "dpkg -P"
-for p in /etc/tcpvigil /var/lib/tcpvigil /var/lib/private/tcpvigil /lib/systemd/system/tcpvigil.service /usr/bin/tcpvigil; do
+for p in /etc/tcpvigil /etc/logrotate.d/tcpvigil /var/lib/tcpvigil /var/lib/private/tcpvigil /lib/systemd/system/tcpvigil.service /usr/bin/tcpvigil; do
 	ct test ! -e "$p" || fail "$p left after purge"
 done
 ok "remove stopped and disabled it and kept the conffile; purge left no config, state or dumps"
