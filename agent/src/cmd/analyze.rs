@@ -54,7 +54,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for f in final_findings(&all) {
         let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
-        eprintln!("  {:?} {} {} at {} ({})", f.kind, f.cause, who, wall(f.start_ns, off), dur);
+        eprintln!("  {:?} {} {} at {} ({})", f.kind(), f.cause, who, wall(f.start_ns, off), dur);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -316,7 +316,7 @@ async fn daemon(
         }
         for f in found.drain(..) {
             let owner = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.owner.clone());
-            tracing::info!(kind = ?f.kind, cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
+            tracing::info!(kind = ?f.kind(), cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
             metrics.on_finding(&f);
             if let Some(e) = events.as_mut() {
                 e.write(&f, owner.as_ref());

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::phase::{self, StreamRounds};
-use crate::model::{Body, ConnEntry, ConnId, ConnTable, Event, Finding, FindingKind};
+use crate::model::{Body, Cause, ConnEntry, ConnId, ConnTable, Event, Finding, PathTag};
 
 /// What two streams must share to belong to one transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,15 +337,15 @@ impl FairnessDetector {
                     st.reported = Some(since);
                     out.push(Finding {
                         ts_ns: now,
-                        kind: FindingKind::Unfair,
                         conn: slowest,
                         group: Some(key.clone()),
                         start_ns: since,
                         duration_s: None,
                         ongoing: true,
-                        cause: "unfair_streams".into(),
+                        cause: Cause::UnfairStreams,
                         owner: None,
                         evidence: evidence(st),
+                        path: PathTag::default(),
                     });
                 }
             } else {
@@ -356,15 +356,15 @@ impl FairnessDetector {
                         st.reported = None;
                         out.push(Finding {
                             ts_ns: now,
-                            kind: FindingKind::Unfair,
                             conn: slowest,
                             group: Some(key.clone()),
                             start_ns: start,
                             duration_s: Some((since - start) as f64 / 1e9),
                             ongoing: false,
-                            cause: "unfair_streams".into(),
+                            cause: Cause::UnfairStreams,
                             owner: None,
                             evidence: evidence(st),
+                            path: PathTag::default(),
                         });
                     }
                 }
@@ -381,14 +381,14 @@ impl FairnessDetector {
             if let Some(start) = st.reported {
                 out.push(Finding {
                     ts_ns: now,
-                    kind: FindingKind::Unfair,
                     conn: st.slowest,
                     group: Some(key.clone()),
                     start_ns: start,
                     duration_s: Some(now.saturating_sub(start) as f64 / 1e9),
                     ongoing: false,
-                    cause: "unfair_streams".into(),
+                    cause: Cause::UnfairStreams,
                     owner: None,
+                    path: PathTag::default(),
                     evidence: {
                         let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));
                         e["ended"] = json!("streams_closed");
@@ -572,7 +572,7 @@ mod tests {
     fn one_stream_at_a_tenth_is_flagged_and_named() {
         let out = run(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], 10);
         let f = out.first().expect("flagged");
-        assert_eq!(f.cause, "unfair_streams");
+        assert_eq!(f.cause.as_str(), "unfair_streams");
         assert_eq!(f.conn.map(|c| c.cookie), Some(2));
         assert_eq!(f.evidence["fell_behind_first"]["cookie"], 2);
         let eff = f.evidence["even_split_efficiency"].as_f64().unwrap();

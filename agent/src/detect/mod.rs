@@ -8,7 +8,7 @@ pub mod stop;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ConnTable, Event, Finding};
+use crate::model::{Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
 
 /// `[detect]` section of the configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ impl Detectors {
     /// the sender back, so no separate rwnd-limited finding for that connection.
     fn explain(&mut self, from: usize, out: &mut Vec<Finding>) {
         for f in &out[from..] {
-            if f.cause == "zero_window" {
+            if f.cause == Cause::Stop(StopCause::ZeroWindow) {
                 if let Some(c) = f.conn {
                     self.zero_window.insert(c.cookie);
                 }
@@ -84,7 +84,9 @@ impl Detectors {
         let zw = &self.zero_window;
         let mut i = from;
         while i < out.len() {
-            if out[i].cause == "rwnd_limited" && out[i].conn.is_some_and(|c| zw.contains(&c.cookie)) {
+            if out[i].cause == Cause::Limit(LimitReason::RwndLimited)
+                && out[i].conn.is_some_and(|c| zw.contains(&c.cookie))
+            {
                 out.remove(i);
             } else {
                 i += 1;
@@ -148,11 +150,11 @@ pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
     let mut v: Vec<Finding> = Vec::new();
     // A stop's cause may sharpen between its reports; limits of one connection differ by cause.
     let same = |a: &Finding, b: &Finding| {
-        a.kind == b.kind
+        a.kind() == b.kind()
             && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie)
             && a.group == b.group
             && a.start_ns == b.start_ns
-            && (a.kind != crate::model::FindingKind::Limit || a.cause == b.cause)
+            && (a.kind() != FindingKind::Limit || a.cause == b.cause)
     };
     for f in all {
         match v.iter().position(|x| same(x, f)) {
@@ -166,34 +168,34 @@ pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FindingKind;
+    use crate::model::PathTag;
 
-    fn f(kind: FindingKind, cause: &str, start: u64, ongoing: bool) -> Finding {
+    fn f(cause: Cause, start: u64, ongoing: bool) -> Finding {
         Finding {
             ts_ns: 0,
-            kind,
             conn: None,
             group: None,
             start_ns: start,
             duration_s: None,
             ongoing,
-            cause: cause.into(),
+            cause,
             owner: None,
             evidence: serde_json::Value::Null,
+            path: PathTag::default(),
         }
     }
 
     #[test]
     fn final_findings_keep_the_last_report_of_a_stop_and_every_limit_cause() {
         let all = vec![
-            f(FindingKind::Stop, "path_silent", 1, true),
-            f(FindingKind::Stop, "rto", 1, false),
-            f(FindingKind::Limit, "no_sack", 5, true),
-            f(FindingKind::Limit, "sndbuf_limited", 5, true),
+            f(StopCause::PathSilent.into(), 1, true),
+            f(StopCause::Rto.into(), 1, false),
+            f(LimitReason::NoSack.into(), 5, true),
+            f(LimitReason::SndbufLimited.into(), 5, true),
         ];
         let fin = final_findings(&all);
-        let causes: Vec<&str> = fin.iter().map(|x| x.cause.as_str()).collect();
-        assert_eq!(causes, vec!["rto", "no_sack", "sndbuf_limited"]);
+        let causes: Vec<Cause> = fin.iter().map(|x| x.cause).collect();
+        assert_eq!(causes, vec![StopCause::Rto.into(), LimitReason::NoSack.into(), LimitReason::SndbufLimited.into()]);
         assert!(!fin[0].ongoing);
     }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::owner::{Hold, StopOwner};
 use crate::model::record::{CA_LOSS, CA_RECOVERY};
-use crate::model::{Body, ConnId, Event, Finding, FindingKind};
+use crate::model::{Body, ConnId, Event, Finding, PathTag, StopCause};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -115,7 +115,7 @@ struct Conn {
     /// When a fresh look was asked for because the last one could not decide the owner.
     asked: Option<u64>,
     /// Owner and cause of the stop in progress as last reported.
-    verdict: Option<(StopOwner, &'static str)>,
+    verdict: Option<(StopOwner, StopCause)>,
     /// The stop in progress was reported as the receiver's at some point.
     was_receivers: bool,
     /// When a look last showed nothing to send, until something is delivered after it: data in
@@ -321,7 +321,7 @@ impl Conn {
     /// exact look after the last of them that shows nothing left to send proves it was delivered
     /// (lab fuzz seed 2026 run 7: a sender stopped by SIGSTOP in Recovery, its last data
     /// delivered, was reported as the network's for the 3.4 s of its idle).
-    fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, &'static str) {
+    fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, StopCause) {
         let e = &self.ev;
         let emptied = self.hold.exact && !self.hold.outstanding() && self.hold.ts_ns > e.last_loss_ns;
         let owner = if (e.rtos > 0 || e.retrans_segs > 0) && !emptied {
@@ -345,37 +345,37 @@ impl Conn {
             self.hold.decided_owner().unwrap_or(StopOwner::Undetermined)
         };
         let cause = match owner {
-            StopOwner::Receiver => "zero_window",
-            StopOwner::Application | StopOwner::Undetermined => "undetermined",
+            StopOwner::Receiver => StopCause::ZeroWindow,
+            StopOwner::Application | StopOwner::Undetermined => StopCause::Undetermined,
             StopOwner::Network => self.network_cause(cfg),
         };
         (owner, cause)
     }
 
-    fn network_cause(&self, cfg: &StopConfig) -> &'static str {
+    fn network_cause(&self, cfg: &StopConfig) -> StopCause {
         let e = &self.ev;
         if e.silent_rtos >= cfg.silent_rtos {
-            "path_silent"
+            StopCause::PathSilent
         } else if e.rtos > 0 && e.silent_rtos == e.rtos {
             // Every timeout so far went unanswered: resends lost again are the silence's doing.
-            "rto"
+            StopCause::Rto
         } else if e.lost_retrans > 0 && e.max_lost_delay_ns > 2 * self.srtt_us as u64 * 1000 {
-            "lost_retransmit"
+            StopCause::LostRetransmit
         } else if e.rtos > 0 {
-            "rto"
+            StopCause::Rto
         } else if e.min_cwnd.is_some_and(|c| c <= 2) && e.ca_states.iter().any(|&s| s == CA_RECOVERY || s == CA_LOSS) {
-            "cwnd_collapse"
+            StopCause::CwndCollapse
         } else if e.acks == 0 {
             // Data in flight, nothing acknowledged, no timeout yet (a tail-loss probe or fast
             // retransmits may have gone out unanswered): the start of an outage or of heavy loss.
             // Several unanswered timeouts make it path_silent.
-            "no_ack"
+            StopCause::NoAck
         } else if e.retrans_segs > 0 && e.ca_states.contains(&CA_RECOVERY) {
             // A window's worth of holes repaired about one per RTT with cwnd still open: recovery
             // without SACK (NewReno, paper 004) or with the scoreboard lost.
-            "slow_recovery"
+            StopCause::SlowRecovery
         } else {
-            "unknown"
+            StopCause::Unknown
         }
     }
 
@@ -395,14 +395,13 @@ impl Conn {
         self.ev = Evidence::default();
     }
 
-    fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, &str)) -> Finding {
+    fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
         let e = &self.ev;
         let during = e.delivered;
         let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
         let (owner, cause) = v;
         Finding {
             ts_ns: now,
-            kind: FindingKind::Stop,
             conn: Some(self.id),
             group: None,
             start_ns: start,
@@ -410,6 +409,7 @@ impl Conn {
             ongoing: end.is_none(),
             cause: cause.into(),
             owner: Some(owner),
+            path: PathTag::default(),
             evidence: json!({
                 "owner": owner.as_str(),
                 "receiver_limited": owner == StopOwner::Receiver,
@@ -635,7 +635,7 @@ impl StopDetector {
                     // that is not what stopped the transfer. Only a timeout makes it the network's,
                     // also when a stale look made it undetermined meanwhile (lab fuzz seed 23 run
                     // 85: receiver -> undetermined -> network/unknown in a 24 s zero window).
-                    v = (StopOwner::Receiver, "zero_window");
+                    v = (StopOwner::Receiver, StopCause::ZeroWindow);
                 }
                 if v.0 == StopOwner::Application && c.hold.ts_ns > start {
                     // Everything sent was delivered and nothing waits: the sender has nothing to
@@ -845,7 +845,7 @@ mod tests {
         d.observe(&ev(resume + 150 * MS, sample(acked + 6_000_000, 20, 0, 1 << 20)), &mut out);
         let last = out.last().unwrap();
         assert!(!last.ongoing);
-        assert_eq!(last.cause, "path_silent");
+        assert_eq!(last.cause.as_str(), "path_silent");
         let dur = last.duration_s.unwrap();
         let truth = (resume - t) as f64 / 1e9;
         assert!((dur - truth).abs() < 0.06, "{dur} vs {truth}");
@@ -874,7 +874,7 @@ mod tests {
         d.observe(&ev(t + 350 * MS, sample(acked + 3_000_000, 2, 4, 1 << 20)), &mut out);
         d.observe(&ev(t + 500 * MS, sample(acked + 7_000_000, 20, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
-        assert_eq!(last.cause, "rto");
+        assert_eq!(last.cause.as_str(), "rto");
         assert!(!last.ongoing);
     }
 
@@ -892,7 +892,7 @@ mod tests {
         d.observe(&ev(t + 50 * MS, sample(acked + 5_000_000, 40, 0, 1 << 20)), &mut out);
         d.observe(&ev(t + 200 * MS, sample(acked + 9_000_000, 40, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
-        assert_eq!(last.cause, "cwnd_collapse");
+        assert_eq!(last.cause.as_str(), "cwnd_collapse");
         assert!(out.iter().any(|f| f.ongoing), "reported while in progress");
     }
 
@@ -984,7 +984,7 @@ mod tests {
         d.observe(&ev(t + 50 * MS, sample(acked + 5_000_000, 600, 0, 1 << 20)), &mut out);
         d.observe(&ev(t + 200 * MS, sample(acked + 9_000_000, 600, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
-        assert_eq!(last.cause, "slow_recovery", "{}", last.evidence);
+        assert_eq!(last.cause.as_str(), "slow_recovery", "{}", last.evidence);
         let per_rtt = last.evidence["retransmissions_per_rtt"].as_f64().unwrap();
         assert!((0.7..=1.3).contains(&per_rtt), "{per_rtt} retransmissions per RTT");
     }
@@ -1017,7 +1017,7 @@ mod tests {
         d.observe(&ev(t + 450 * MS, sample(acked + 3_000_000, 10, 0, 1 << 20)), &mut out);
         d.observe(&ev(t + 600 * MS, sample(acked + 7_000_000, 10, 0, 1 << 20)), &mut out);
         let last = out.last().expect("a stop");
-        assert_eq!(last.cause, "lost_retransmit");
+        assert_eq!(last.cause.as_str(), "lost_retransmit");
         assert_eq!(last.evidence["max_lost_retransmit_delay_s"], 0.38);
     }
 

@@ -76,12 +76,12 @@ pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value
     let mut v = json!({
         "schema_version": EVENTS_SCHEMA_VERSION,
         "ts": rfc3339(f.ts_ns, offset_ns),
-        "kind": f.kind,
+        "kind": f.kind(),
         "conn": conn,
         "start": rfc3339(f.start_ns, offset_ns),
         "duration_s": f.duration_s,
         "cause": f.cause,
-        "evidence": f.evidence,
+        "evidence": f.evidence_json(),
         "ongoing": f.ongoing,
     });
     if let (Some(g), Some(o)) = (&f.group, v.as_object_mut()) {
@@ -209,13 +209,12 @@ impl EventsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConnId, FindingKind, Tuple};
+    use crate::model::{ConnId, StopCause, Tuple};
     use std::sync::{Arc, Mutex};
 
     fn stop(ongoing: bool) -> Finding {
         Finding {
             ts_ns: 5_000_000_000,
-            kind: FindingKind::Stop,
             conn: Some(ConnId {
                 cookie: 7,
                 netns: 4026531840,
@@ -225,9 +224,10 @@ mod tests {
             start_ns: 3_500_000_000,
             duration_s: if ongoing { None } else { Some(1.5) },
             ongoing,
-            cause: "rto".into(),
+            cause: StopCause::Rto.into(),
             owner: None,
             evidence: json!({"rtos": 2}),
+            path: Default::default(),
         }
     }
 

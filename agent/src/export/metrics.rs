@@ -12,7 +12,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -22,22 +24,13 @@ use prometheus_client::registry::{Registry, Unit};
 use super::config::ExportConfig;
 use super::conns::{ConnSeries, PER_CONN_SERIES};
 use super::health::{self, Health, HealthSeries};
-use crate::model::{Body, ConnTable, Event, Finding, FindingKind};
+use crate::model::{Body, Cause, ConnTable, Event, Finding, FindingKind, LimitReason, PathScope, StopCause, StopOwner};
 
-/// (owner, cause) pairs the stop detector reports; anything else is counted as (network, unknown).
-pub const STOP_CAUSES: [(&str, &str); 9] = [
-    ("network", "no_ack"),
-    ("network", "rto"),
-    ("network", "path_silent"),
-    ("network", "cwnd_collapse"),
-    ("network", "lost_retransmit"),
-    ("network", "slow_recovery"),
-    ("network", "unknown"),
-    ("receiver", "zero_window"),
-    ("undetermined", "undetermined"),
-];
-/// Limit reasons the detector reports; anything else is counted as `other`.
-pub const LIMIT_REASONS: [&str; 6] = ["rwnd_limited", "sndbuf_limited", "no_sack", "no_wscale", "small_mss", "other"];
+/// (owner, cause) label pairs of the stop families: one per stop cause, with its owner. A stop
+/// reported with another owner than its cause's is counted as (network, unknown).
+pub fn stop_labels_all() -> impl Iterator<Item = CauseLabels> {
+    StopCause::ALL.iter().map(|&cause| CauseLabels { owner: cause.owner(), cause })
+}
 /// Stop duration buckets, seconds: from a few RTTs of a 10 ms path to paper 000's 100 s runs.
 pub const STOP_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 /// Series per fairness group: index, even-split efficiency, min/max ratio, streams, send-order
@@ -49,22 +42,53 @@ const MAX_GROUP_LEN: usize = 64;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabels {
     /// Whose stop: network, receiver or undetermined (an application pause is never a stop).
-    pub owner: &'static str,
-    pub cause: &'static str,
+    pub owner: StopOwner,
+    pub cause: StopCause,
+}
+
+/// The `reason` of `limited_connections`: a limit reason, or `other` (kept for dashboards that
+/// expect the series; no reason maps to it).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReasonLabel {
+    Reason(LimitReason),
+    Other,
+}
+
+impl ReasonLabel {
+    pub fn all() -> impl Iterator<Item = ReasonLabel> {
+        LimitReason::ALL.iter().map(|r| ReasonLabel::Reason(*r)).chain([ReasonLabel::Other])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonLabel::Reason(r) => r.as_str(),
+            ReasonLabel::Other => "other",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    pub reason: &'static str,
+    pub reason: ReasonLabel,
 }
 
 /// Path events: every connection to the prefix stopped (`all`), or some kept delivering (`partial`).
-pub const PATH_SCOPES: [&str; 2] = ["all", "partial"];
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScopeLabels {
-    pub scope: &'static str,
+    pub scope: PathScope,
 }
+
+/// Label values are the model's names.
+macro_rules! label_value {
+    ($($t:ty),*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                e.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+label_value!(StopOwner, StopCause, PathScope, ReasonLabel);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PrefixLabels {
@@ -87,8 +111,9 @@ fn stop_histogram() -> Histogram {
 /// excluded: stops, stop durations, stops in progress, 3 loss counters, unfair groups, limited
 /// connections, and the overflow part of the per-connection set.
 pub fn fixed_series() -> usize {
-    let n = STOP_CAUSES.len();
-    n + n * (STOP_BUCKETS.len() + 3) + n + 3 + 1 + LIMIT_REASONS.len() + 2 * PATH_SCOPES.len() + ConnSeries::FIXED
+    let n = StopCause::ALL.len();
+    let reasons = ReasonLabel::all().count();
+    n + n * (STOP_BUCKETS.len() + 3) + n + 3 + 1 + reasons + 2 * PathScope::ALL.len() + ConnSeries::FIXED
 }
 
 /// The smallest `series_cap` that always holds: fixed series, health at its bounds, one connection.
@@ -137,23 +162,27 @@ pub struct Metrics {
     /// Remote prefixes with a network stop in progress, as last exported.
     shown_prefixes: HashSet<String>,
     /// Limits in progress: (cookie, reason).
-    open_limits: HashSet<(u64, &'static str)>,
+    open_limits: HashSet<(u64, ReasonLabel)>,
     /// Unfair groups in progress.
     open_groups: HashMap<String, GroupValues>,
     /// Path events going on: (prefix, start) -> scope.
-    open_paths: HashMap<(String, u64), &'static str>,
+    open_paths: HashMap<(String, u64), PathScope>,
     shown_groups: HashSet<String>,
 }
 
 fn stop_labels(f: &Finding) -> CauseLabels {
-    let owner = f.owner.map_or("network", |o| o.as_str());
-    let (owner, cause) =
-        STOP_CAUSES.iter().find(|(o, c)| *o == owner && *c == f.cause).copied().unwrap_or(("network", "unknown"));
-    CauseLabels { owner, cause }
+    let owner = f.owner.unwrap_or(StopOwner::Network);
+    match f.cause.stop() {
+        Some(cause) if cause.owner() == owner => CauseLabels { owner, cause },
+        _ => CauseLabels { owner: StopOwner::Network, cause: StopCause::Unknown },
+    }
 }
 
-fn limit_reason(c: &str) -> &'static str {
-    LIMIT_REASONS.iter().find(|k| **k == c).copied().unwrap_or("other")
+fn limit_reason(c: Cause) -> ReasonLabel {
+    match c {
+        Cause::Limit(r) => ReasonLabel::Reason(r),
+        _ => ReasonLabel::Other,
+    }
 }
 
 fn ev_f64(ev: &serde_json::Value, keys: &[&str]) -> f64 {
@@ -200,16 +229,15 @@ impl Metrics {
             shown_prefixes: HashSet::new(),
             shown_groups: HashSet::new(),
         };
-        for (owner, cause) in STOP_CAUSES {
-            let l = CauseLabels { owner, cause };
+        for l in stop_labels_all() {
             let _ = m.stops.get_or_create(&l);
             let _ = m.stop_duration.get_or_create(&l);
             let _ = m.stops_in_progress.get_or_create(&l);
         }
-        for reason in LIMIT_REASONS {
+        for reason in ReasonLabel::all() {
             let _ = m.limited.get_or_create(&ReasonLabels { reason });
         }
-        for scope in PATH_SCOPES {
+        for &scope in PathScope::ALL {
             let _ = m.path_events.get_or_create(&ScopeLabels { scope });
             let _ = m.path_events_in_progress.get_or_create(&ScopeLabels { scope });
         }
@@ -331,14 +359,13 @@ impl Metrics {
     /// Count a finding: a stop is counted when first reported and observed in the duration
     /// histogram when it ends; limits and unfair groups are tracked while ongoing.
     pub fn on_finding(&mut self, f: &Finding) {
-        match f.kind {
+        match f.kind() {
             FindingKind::Stop => {
                 let l = stop_labels(f);
                 let key = (f.conn.map_or(0, |c| c.cookie), f.start_ns);
                 if f.ongoing {
                     // In progress, with the owner and cause it has now (they sharpen as it lasts).
-                    let prefix = f.evidence.get("remote_prefix").and_then(|p| p.as_str()).map(str::to_string);
-                    self.open_stops.insert(key, (l, prefix));
+                    self.open_stops.insert(key, (l, f.path.remote_prefix.clone()));
                 } else {
                     // Counted once, when it ends, with the owner and cause it ended with.
                     self.open_stops.remove(&key);
@@ -350,7 +377,7 @@ impl Metrics {
                 self.update_open_stops();
             }
             FindingKind::Limit => {
-                let key = (f.conn.map_or(0, |c| c.cookie), limit_reason(&f.cause));
+                let key = (f.conn.map_or(0, |c| c.cookie), limit_reason(f.cause));
                 if f.ongoing {
                     self.open_limits.insert(key);
                 } else {
@@ -382,7 +409,10 @@ impl Metrics {
                 self.unfair_groups.set(self.open_groups.len() as i64);
             }
             FindingKind::Path => {
-                let scope = if f.cause.ends_with("partial") { "partial" } else { "all" };
+                let scope = match f.cause {
+                    Cause::Path(scope) => scope,
+                    _ => PathScope::All,
+                };
                 let key = (f.group.clone().unwrap_or_default(), f.start_ns);
                 if f.ongoing {
                     self.open_paths.insert(key, scope);
@@ -390,7 +420,7 @@ impl Metrics {
                     self.open_paths.remove(&key);
                     self.path_events.get_or_create(&ScopeLabels { scope }).inc();
                 }
-                for scope in PATH_SCOPES {
+                for &scope in PathScope::ALL {
                     let n = self.open_paths.values().filter(|s| **s == scope).count();
                     self.path_events_in_progress.get_or_create(&ScopeLabels { scope }).set(n as i64);
                 }
@@ -399,15 +429,14 @@ impl Metrics {
     }
 
     fn update_open_stops(&self) {
-        for (owner, cause) in STOP_CAUSES {
-            let l = CauseLabels { owner, cause };
+        for l in stop_labels_all() {
             let n = self.open_stops.values().filter(|(c, _)| *c == l).count();
             self.stops_in_progress.get_or_create(&l).set(n as i64);
         }
     }
 
     fn update_open_limits(&self) {
-        for reason in LIMIT_REASONS {
+        for reason in ReasonLabel::all() {
             let n = self.open_limits.iter().filter(|(_, r)| *r == reason).count();
             self.limited.get_or_create(&ReasonLabels { reason }).set(n as i64);
         }
@@ -439,7 +468,7 @@ impl Metrics {
     /// first, as many as fit (at most max_groups); returns the series used.
     fn refresh_prefixes(&mut self, budget: usize) -> usize {
         let mut n: HashMap<&str, i64> = HashMap::new();
-        for p in self.open_stops.values().filter_map(|(l, p)| p.as_deref().filter(|_| l.owner == "network")) {
+        for p in self.open_stops.values().filter_map(|(l, p)| p.as_deref().filter(|_| l.owner == StopOwner::Network)) {
             *n.entry(p).or_default() += 1;
         }
         let mut v: Vec<(&str, i64)> = n.into_iter().collect();

@@ -179,7 +179,7 @@ fn finding_key(f: &Finding) -> (FindingKind, String, u64) {
         (None, Some(c)) => c.cookie.to_string(),
         (None, None) => String::new(),
     };
-    (f.kind, who, f.start_ns)
+    (f.kind(), who, f.start_ns)
 }
 
 impl Recorder {
@@ -300,17 +300,17 @@ impl Recorder {
     /// A new stop or unfair group opens a dump job (returned); a later report of the same finding
     /// extends the open job's window. Limits and findings without history return None.
     pub fn on_finding(&mut self, f: &Finding) -> Option<DumpJob> {
-        if f.kind == FindingKind::Limit || f.evidence.get("path_event").is_some() {
+        if f.kind() == FindingKind::Limit || f.path.event.is_some() {
             // A stop that is part of a path event is dumped with the event.
             return None;
         }
         self.now_ns = self.now_ns.max(f.ts_ns);
-        if f.kind == FindingKind::Path {
+        if f.kind() == FindingKind::Path {
             // One event, one dump: its members' own stop dumps (the first stop is reported alone
             // before the second shows it is a path event) give way to it.
-            let members = plot::finding_cookies(f);
+            let members = f.cookies();
             self.jobs.retain(|j| {
-                !(j.finding.kind == FindingKind::Stop && j.finding.conn.is_some_and(|c| members.contains(&c.cookie)))
+                !(j.finding.kind() == FindingKind::Stop && j.finding.conn.is_some_and(|c| members.contains(&c.cookie)))
             });
         }
         let key = finding_key(f);
@@ -325,7 +325,7 @@ impl Recorder {
             j.until_ns = j.until_ns.max(latest + after).min(limit);
             j.finding = f.clone();
             // A path event grows: connections that stopped after its first report join its dump.
-            for k in plot::finding_cookies(f) {
+            for k in f.cookies() {
                 if self.conns.contains_key(&k) && !j.cookies.contains(&k) {
                     j.cookies.push(k);
                 }
@@ -335,7 +335,7 @@ impl Recorder {
         if self.done.contains(&key) {
             return None;
         }
-        let cookies: Vec<u64> = plot::finding_cookies(f).into_iter().filter(|k| self.conns.contains_key(k)).collect();
+        let cookies: Vec<u64> = f.cookies().into_iter().filter(|k| self.conns.contains_key(k)).collect();
         if cookies.is_empty() {
             self.no_history += 1;
             return None;
@@ -446,12 +446,7 @@ pub fn dump_name(job: &DumpJob, mono_to_unix_ns: i64) -> String {
     let unix = (job.finding.start_ns as i64 + mono_to_unix_ns).div_euclid(1_000_000_000);
     let (y, mo, d) = civil(unix.div_euclid(86_400));
     let s = unix.rem_euclid(86_400);
-    let kind = match job.finding.kind {
-        FindingKind::Stop => "stop",
-        FindingKind::Unfair => "unfair",
-        FindingKind::Limit => "limit",
-        FindingKind::Path => "path",
-    };
+    let kind = job.finding.kind();
     let who = job.finding.conn.map_or_else(|| format!("job{}", job.id), |c| c.cookie.to_string());
     format!("{kind}-{who}-{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)
 }

@@ -8,7 +8,10 @@ use serde_json::json;
 use super::config::{ExportConfig, TransferRule};
 use super::health::{Health, KernelCounters, ProgStats};
 use super::metrics::{fixed_series, min_series_cap, Metrics};
-use crate::model::{Body, ConnId, ConnTable, Event, Finding, FindingKind, Owner, Retrans, Rto, Snap, Tuple};
+use crate::model::{
+    Body, Cause, ConnId, ConnTable, Event, Finding, LimitReason, Owner, PathScope, PathTag, Retrans, Rto, Snap,
+    StopCause, Tuple,
+};
 
 pub(crate) fn scrape(r: &Registry) -> String {
     let mut s = String::new();
@@ -204,14 +207,14 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         conn(1),
         Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, packets_out: 1, ..Default::default() }),
     ));
-    m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
-    m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
+    m.on_finding(&finding(1, StopCause::Rto, true, None));
+    m.on_finding(&finding(2, LimitReason::RwndLimited, true, None));
     m.on_finding(&Finding {
         group: Some("iperf3->10.1.0.1".into()),
         owner: None,
         evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4,
             "send_phase": {"order_stability": 0.875}}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+        ..finding(3, Cause::UnfairStreams, true, None)
     });
     m.refresh(&t, &health());
     let text = scrape(&r);
@@ -244,10 +247,9 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     }
 }
 
-pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, duration_s: Option<f64>) -> Finding {
+pub(crate) fn finding(i: u32, cause: impl Into<Cause>, ongoing: bool, duration_s: Option<f64>) -> Finding {
     Finding {
         ts_ns: 2_000_000_000,
-        kind,
         conn: Some(conn(i)),
         group: None,
         start_ns: 1_500_000_000,
@@ -256,6 +258,7 @@ pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, dur
         cause: cause.into(),
         owner: None,
         evidence: json!({}),
+        path: PathTag::default(),
     }
 }
 
@@ -263,24 +266,21 @@ pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, dur
 fn a_stop_is_counted_once_when_it_ends_with_its_final_owner_and_cause() {
     use crate::model::StopOwner;
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
-    let stop = |i, owner, cause: &str, ongoing, d| Finding {
-        owner: Some(owner),
-        ..finding(FindingKind::Stop, i, cause, ongoing, d)
-    };
+    let stop = |i, owner, cause: StopCause, ongoing, d| Finding { owner: Some(owner), ..finding(i, cause, ongoing, d) };
     let net = StopOwner::Network;
     // An outage: first no ACK, then its timeouts make it path_silent; in progress under each in turn.
-    m.on_finding(&stop(1, net, "no_ack", true, None));
+    m.on_finding(&stop(1, net, StopCause::NoAck, true, None));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 1\n"), "{text}");
-    m.on_finding(&stop(1, net, "path_silent", true, None));
+    m.on_finding(&stop(1, net, StopCause::PathSilent, true, None));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 0\n"), "{text}");
-    m.on_finding(&stop(1, net, "path_silent", false, Some(4.2)));
-    // A stalled receiver, and a cause the exporter does not know.
-    m.on_finding(&stop(2, StopOwner::Receiver, "zero_window", true, None));
-    m.on_finding(&stop(3, net, "made_up_cause", false, Some(0.3)));
+    m.on_finding(&stop(1, net, StopCause::PathSilent, false, Some(4.2)));
+    // A stalled receiver, and a stop whose owner is not its cause's (an application's).
+    m.on_finding(&stop(2, StopOwner::Receiver, StopCause::ZeroWindow, true, None));
+    m.on_finding(&stop(3, StopOwner::Application, StopCause::Undetermined, false, Some(0.3)));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
@@ -305,10 +305,7 @@ fn series_cap_holds_with_10000_connections_to_1000_peers() {
         let mut t = ConnTable::new(false);
         feed(&mut m, &mut t, 10_000);
         for i in 0..200 {
-            m.on_finding(&Finding {
-                group: Some(format!("g{i}")),
-                ..finding(FindingKind::Unfair, i, "unfair_streams", true, None)
-            });
+            m.on_finding(&Finding { group: Some(format!("g{i}")), ..finding(i, Cause::UnfairStreams, true, None) });
         }
         m.refresh(&t, &health());
         let text = scrape(&r);
@@ -438,12 +435,12 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let mut t = ConnTable::new(false);
     feed(&mut m, &mut t, 2000);
-    m.on_finding(&finding(FindingKind::Stop, 3, "rto", false, Some(2.5)));
+    m.on_finding(&finding(3, StopCause::Rto, false, Some(2.5)));
     m.on_finding(&Finding {
         group: Some("g".into()),
         owner: None,
         evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+        ..finding(3, Cause::UnfairStreams, true, None)
     });
     m.refresh(&t, &health());
     let text = scrape(&r);
@@ -467,13 +464,13 @@ fn rules_and_dashboards_use_only_exported_metric_names() {
         group: Some("g".into()),
         owner: None,
         evidence: json!({"jain": 0.7}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+        ..finding(3, Cause::UnfairStreams, true, None)
     });
     // A network stop in progress to a remote prefix (the per-prefix series exist only then).
     m.on_finding(&Finding {
         owner: Some(crate::model::StopOwner::Network),
-        evidence: json!({"remote_prefix": "10.72.1.0/24"}),
-        ..finding(FindingKind::Stop, 4, "no_ack", true, None)
+        path: PathTag { remote_prefix: Some("10.72.1.0/24".into()), event: None },
+        ..finding(4, StopCause::NoAck, true, None)
     });
     let mut h = health();
     h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
@@ -517,8 +514,8 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let stop = |i, prefix: &str| Finding {
         owner: Some(StopOwner::Network),
-        evidence: json!({"remote_prefix": prefix}),
-        ..finding(FindingKind::Stop, i, "no_ack", true, None)
+        path: PathTag { remote_prefix: Some(prefix.into()), event: None },
+        ..finding(i, StopCause::NoAck, true, None)
     };
     m.on_finding(&stop(1, "10.72.1.0/24"));
     m.on_finding(&stop(2, "10.72.1.0/24"));
@@ -527,7 +524,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
         conn: None,
         group: Some("10.72.1.0/24".into()),
         owner: Some(StopOwner::Network),
-        ..finding(FindingKind::Path, 0, "path_stop_partial", ongoing, d)
+        ..finding(0, PathScope::Partial, ongoing, d)
     };
     m.on_finding(&path(true, None));
     let mut t = ConnTable::new(false);
@@ -545,7 +542,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     }
     // Everything ends: the prefix series go away, the event is counted once.
     for i in 1..=3 {
-        m.on_finding(&finding(FindingKind::Stop, i, "no_ack", false, Some(2.0)));
+        m.on_finding(&finding(i, StopCause::NoAck, false, Some(2.0)));
     }
     m.on_finding(&path(false, Some(2.0)));
     m.refresh(&t, &Health::default());
@@ -553,4 +550,95 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     assert!(!text.contains("tcpvigil_prefix_stops_in_progress{"), "{text}");
     assert!(text.contains("tcpvigil_path_events_in_progress{scope=\"partial\"} 0\n"), "{text}");
     assert!(text.contains("tcpvigil_path_events_total{scope=\"partial\"} 1\n"), "{text}");
+}
+
+/// The finding contract in one place: the JSON schema's enums, the label values the metrics
+/// export and the cause table of docs/events.md are exactly the model's enums.
+#[test]
+fn the_schema_the_metrics_and_the_docs_name_exactly_the_models_causes() {
+    use crate::model::{FindingKind, StopOwner};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let names = |v: &serde_json::Value| -> BTreeSet<String> {
+        match v.get("enum").and_then(|e| e.as_array()) {
+            Some(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+            None => v.get("const").and_then(|c| c.as_str()).map(str::to_string).into_iter().collect(),
+        }
+    };
+    fn set<'a>(it: impl Iterator<Item = &'a str>) -> BTreeSet<String> {
+        it.map(str::to_string).collect()
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/schema/events-v1.schema.json")).unwrap())
+            .unwrap();
+    let stop_causes = |owner: Option<StopOwner>| {
+        set(StopCause::ALL.iter().filter(|c| owner.is_none_or(|o| c.owner() == o)).map(|c| c.as_str()))
+    };
+    assert_eq!(names(&schema["properties"]["kind"]), set(FindingKind::ALL.iter().map(|k| k.as_str())));
+    assert_eq!(names(&schema["properties"]["owner"]), set(StopOwner::ALL.iter().map(|o| o.as_str())));
+    // Per kind (and for stops per owner), the causes the schema allows.
+    let mut by_kind = BTreeSet::new();
+    for rule in schema["allOf"].as_array().unwrap() {
+        let kind = rule["if"]["properties"]["kind"]["const"].as_str().unwrap();
+        let kind: FindingKind = kind.parse().unwrap();
+        let want = set(Cause::all().filter(|c| c.kind() == kind).map(Cause::as_str));
+        assert_eq!(names(&rule["then"]["properties"]["cause"]), want, "causes of kind {kind}");
+        by_kind.insert(kind);
+        for owner_rule in rule["then"]["allOf"].as_array().into_iter().flatten() {
+            let owners = names(&owner_rule["if"]["properties"]["owner"]);
+            let causes = names(&owner_rule["then"]["properties"]["cause"]);
+            for o in owners {
+                let o: StopOwner = o.parse().unwrap();
+                let want = if o == StopOwner::Application {
+                    stop_causes(Some(StopOwner::Undetermined))
+                } else {
+                    stop_causes(Some(o))
+                };
+                assert_eq!(causes, want, "stop causes of owner {o}");
+            }
+        }
+    }
+    assert_eq!(by_kind.len(), FindingKind::ALL.len(), "every kind has its causes in the schema");
+
+    // The label values the metrics export.
+    let (_m, r) = Metrics::new_registered(&ExportConfig::default());
+    let text = scrape(&r);
+    let labels = |family: &str, key: &str| -> BTreeSet<String> {
+        series(&text)
+            .iter()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .filter_map(|l| l.split(&format!("{key}=\"")).nth(1).and_then(|r| r.split('"').next()).map(str::to_string))
+            .collect()
+    };
+    let pairs: BTreeSet<String> = series(&text)
+        .iter()
+        .filter(|l| l.starts_with("tcpvigil_stops_total{"))
+        .map(|l| l.split(['{', '}']).nth(1).unwrap().to_string())
+        .collect();
+    let want: BTreeSet<String> =
+        StopCause::ALL.iter().map(|c| format!("owner=\"{}\",cause=\"{}\"", c.owner(), c)).collect();
+    assert_eq!(pairs, want);
+    let mut reasons = set(LimitReason::ALL.iter().map(|r| r.as_str()));
+    reasons.insert("other".into());
+    assert_eq!(labels("tcpvigil_limited_connections", "reason"), reasons);
+    assert_eq!(labels("tcpvigil_path_events_total", "scope"), set(PathScope::ALL.iter().map(|p| p.as_str())));
+
+    // docs/events.md: its table of causes per kind (and owner).
+    let doc = std::fs::read_to_string(format!("{root}/docs/events.md")).unwrap();
+    let mut documented: BTreeSet<String> = BTreeSet::new();
+    for row in doc.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (head, causes) = (cells[1], cells[2]);
+        let Some(kind) = head.split('`').nth(1).and_then(|k| k.parse::<FindingKind>().ok()) else { continue };
+        let owner =
+            head.split("owner `").nth(1).and_then(|o| o.split('`').next()).map(|o| o.parse::<StopOwner>().unwrap());
+        // The causes are the names in backticks before the first explanation in parentheses.
+        let listed = set(causes.split('(').next().unwrap().split('`').skip(1).step_by(2));
+        let want = match owner {
+            Some(o) => stop_causes(Some(o)),
+            None => set(Cause::all().filter(|c| c.kind() == kind).map(Cause::as_str)),
+        };
+        assert_eq!(listed, want, "docs/events.md row: {row}");
+        documented.extend(listed);
+    }
+    assert_eq!(documented, set(Cause::all().map(Cause::as_str)), "docs/events.md lists every cause");
 }

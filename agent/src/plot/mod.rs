@@ -74,25 +74,6 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Vec<PathBuf>> {
     plot_recording(&rec, args.conn.as_ref(), &findings, &args.out)
 }
 
-/// Cookies an `unfair` finding names: its connection and any `cookie`/`cookies` in its evidence.
-pub fn finding_cookies(f: &Finding) -> Vec<u64> {
-    fn walk(v: &serde_json::Value, key: Option<&str>, out: &mut Vec<u64>) {
-        match v {
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| walk(v, Some(k), out)),
-            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, key, out)),
-            serde_json::Value::Number(n) if matches!(key, Some("cookie") | Some("cookies")) => {
-                out.extend(n.as_u64());
-            }
-            _ => {}
-        }
-    }
-    let mut out: Vec<u64> = f.conn.iter().map(|c| c.cookie).collect();
-    walk(&f.evidence, None, &mut out);
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     let svg_path = out_dir.join(format!("{stem}.svg"));
     std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
@@ -142,10 +123,10 @@ pub fn plot_recording(
     // Groups: what unfair findings and path events name, else streams sharing local address and
     // remote end.
     let mut groups: Vec<(String, Vec<u64>)> = Vec::new();
-    for f in findings.iter().filter(|f| matches!(f.kind, FindingKind::Unfair | FindingKind::Path)) {
-        let members = finding_cookies(f);
+    for f in findings.iter().filter(|f| matches!(f.kind(), FindingKind::Unfair | FindingKind::Path)) {
+        let members = f.cookies();
         let name = f.group.clone().unwrap_or_else(|| "unfair group".into());
-        let title = match f.kind {
+        let title = match f.kind() {
             FindingKind::Path => format!("path event: the connections to {name}"),
             _ => format!("parallel streams: {name}"),
         };

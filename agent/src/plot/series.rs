@@ -304,7 +304,7 @@ impl ConnSeries {
                 (from, *b as f64 * 8.0 / width / 1e6)
             })
             .collect();
-        for f in findings.iter().filter(|f| f.kind == FindingKind::Stop) {
+        for f in findings.iter().filter(|f| f.kind() == FindingKind::Stop) {
             let from = t(f.start_ns);
             let to = match f.duration_s {
                 Some(d) => from + d,
@@ -312,7 +312,7 @@ impl ConnSeries {
             };
             match s.stops.iter_mut().find(|x| (x.from - from).abs() < 1e-9) {
                 Some(x) => x.to = x.to.max(to),
-                None => s.stops.push(StopSpan { from, to, cause: f.cause.clone(), inferred: false }),
+                None => s.stops.push(StopSpan { from, to, cause: f.cause.to_string(), inferred: false }),
             }
         }
         if s.stops.is_empty() {

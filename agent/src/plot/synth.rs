@@ -9,7 +9,10 @@ use std::net::SocketAddr;
 use serde_json::json;
 
 use crate::model::record::{Options, SampleSrc, StateChange};
-use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Owner, Retrans, Rto, Sample, Snap, Tuple};
+use crate::model::{
+    Body, CaState, Cause, ConnId, Event, Finding, Owner, PathTag, Retrans, Rto, Sample, Snap, StopCause, StopOwner,
+    Tuple,
+};
 use crate::recording::{Header, Recording, FORMAT_VERSION};
 
 pub const MSS: u32 = 1448;
@@ -293,15 +296,15 @@ pub fn outage() -> (Recording, Vec<Finding>) {
     push(10_000 * MS + 2 * MS, Body::Close(s.snap("cubic", &owner)));
     let finding = |ts_ms: u64, ongoing: bool| Finding {
         ts_ns: T0 + ts_ms * MS,
-        kind: FindingKind::Stop,
         conn: Some(id),
         group: None,
         start_ns: T0 + 1000 * MS,
         duration_s: if ongoing { None } else { Some(3.0) },
         ongoing,
-        cause: "lost_retransmission".into(),
-        owner: None,
+        cause: StopCause::LostRetransmit.into(),
+        owner: Some(StopOwner::Network),
         evidence: json!({"cwnd": 1, "in_flight": 0, "lost_retrans": 12, "ca_state": "Recovery", "rtts": 300}),
+        path: PathTag::default(),
     };
     ev.sort_by_key(|e| e.ts_ns);
     let rec = Recording { header: header(&[":5201"]), events: ev, truncated_tail: false };
@@ -346,15 +349,15 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
     ev.sort_by_key(|e| e.ts_ns);
     let f = Finding {
         ts_ns: T0 + 12_000 * MS,
-        kind: FindingKind::Unfair,
         conn: Some(ids[3]),
         group: Some("10.77.0.1->10.77.1.2:2811 (gridftp)".into()),
         start_ns: T0 + 5_000 * MS,
         duration_s: None,
         ongoing: true,
-        cause: "persistent_imbalance".into(),
+        cause: Cause::UnfairStreams,
         owner: None,
         evidence: json!({"jain": 0.86, "slowest_over_fastest": 0.38, "cookies": [50000, 50001, 50002, 50003]}),
+        path: PathTag::default(),
     };
     (Recording { header: header(&[":2811"]), events: ev, truncated_tail: false }, vec![f])
 }

@@ -67,7 +67,7 @@ pub struct StopView {
     pub last_ns: u64,
     pub duration_s: Option<f64>,
     pub ongoing: bool,
-    pub cause: String,
+    pub cause: crate::model::Cause,
     /// Whose stop: the network's, the receiver's, or not decided yet.
     pub owner: Option<crate::model::StopOwner>,
     pub evidence: String,
@@ -107,8 +107,8 @@ pub struct ConnView {
     pub last_delivery_ns: u64,
     pub stop: Option<StopView>,
     pub stops: u32,
-    pub stop_causes: Vec<String>,
-    pub limit: Option<(String, String)>,
+    pub stop_causes: Vec<crate::model::Cause>,
+    pub limit: Option<(crate::model::Cause, String)>,
     pub chrono: Option<Chrono>,
     /// Round starts (ns), the last ROUNDS_KEPT: the send phase of a group's streams.
     pub rounds: Vec<u64>,

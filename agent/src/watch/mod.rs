@@ -137,7 +137,8 @@ impl fmt::Display for WatchSummary {
                 c.retrans_segs, c.lost_retrans, c.rtos, c.stops
             )?;
             if !c.stop_causes.is_empty() {
-                write!(f, " ({})", c.stop_causes.join(", "))?;
+                let causes: Vec<&str> = c.stop_causes.iter().map(|x| x.as_str()).collect();
+                write!(f, " ({})", causes.join(", "))?;
             }
             writeln!(f)?;
         }

@@ -685,7 +685,7 @@ fn draw_summary(f: &mut Frame, body: Rect, st: &WatchState) {
             c.lost_retrans,
             c.rtos,
             c.stops,
-            c.stop_causes.join(", ")
+            c.stop_causes.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(", ")
         )));
     }
     let h = (lines.len() as u16 + 2).min(body.height);

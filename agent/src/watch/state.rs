@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::model::record::{ca_state_name, CA_LOSS};
-use crate::model::{Body, ConnId, Event, Filter, Finding, FindingKind};
+use crate::model::{Body, Cause, ConnId, Event, Filter, Finding, FindingKind};
 
 pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView};
 
@@ -188,7 +188,7 @@ pub struct WatchState {
     pub t0_ns: Option<u64>,
     pub log: Ring<LogLine>,
     /// Latest unfair-group finding touching a shown connection: (group, cause, evidence).
-    pub unfair: Option<(String, String, String)>,
+    pub unfair: Option<(String, Cause, String)>,
     pub events: u64,
     pub findings: u64,
     /// Events of connections beyond `MAX_CONNS` or not matching the filter.
@@ -353,33 +353,29 @@ impl WatchState {
         }
         self.findings += 1;
         self.now_ns = self.now_ns.max(f.ts_ns);
-        let key = (f.kind, cookie.unwrap_or(0), f.start_ns);
+        let kind = f.kind();
+        let key = (kind, cookie.unwrap_or(0), f.start_ns);
         let new = !self.seen.iter().any(|k| *k == key);
         if new {
             self.seen.push(key);
         }
-        let ev = evidence_text(&f.evidence, 160);
-        let kind = match f.kind {
-            FindingKind::Stop => "STOP",
-            FindingKind::Unfair => "UNFAIR",
-            FindingKind::Limit => "LIMIT",
-            FindingKind::Path => "PATH",
-        };
+        let ev = evidence_text(&f.evidence_json(), 160);
         // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent).
-        let sharpened = f.kind == FindingKind::Stop
+        let sharpened = kind == FindingKind::Stop
             && !new
             && idx
                 .and_then(|i| self.conns[i].stop.as_ref())
                 .is_some_and(|s| s.start_ns == f.start_ns && s.cause != f.cause);
-        match (f.kind, idx) {
+        match (kind, idx) {
             (FindingKind::Stop, Some(i)) => {
                 let c = &mut self.conns[i];
                 if sharpened {
-                    let old = c.stop.as_ref().map(|s| s.cause.clone()).unwrap_or_default();
-                    c.stop_causes.retain(|x| *x != old);
+                    if let Some(old) = c.stop.as_ref().map(|s| s.cause) {
+                        c.stop_causes.retain(|x| *x != old);
+                    }
                 }
                 if (new || sharpened) && !c.stop_causes.contains(&f.cause) {
-                    c.stop_causes.push(f.cause.clone());
+                    c.stop_causes.push(f.cause);
                 }
                 if new {
                     c.stops += 1;
@@ -389,14 +385,14 @@ impl WatchState {
                     last_ns: f.ts_ns,
                     duration_s: f.duration_s,
                     ongoing: f.ongoing,
-                    cause: f.cause.clone(),
+                    cause: f.cause,
                     owner: f.owner,
                     evidence: ev.clone(),
                 });
             }
-            (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause.clone(), ev.clone())),
+            (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause, ev.clone())),
             (FindingKind::Unfair, _) => {
-                self.unfair = Some((f.group.clone().unwrap_or_default(), f.cause.clone(), ev.clone()));
+                self.unfair = Some((f.group.clone().unwrap_or_default(), f.cause, ev.clone()));
             }
             _ => {}
         }
@@ -408,7 +404,7 @@ impl WatchState {
             };
             let state = if f.ongoing { "" } else { " (ended)" };
             let owner = f.owner.map(|o| format!(" ({})", o.as_str())).unwrap_or_default();
-            let text = format!("{kind} {}{owner}{dur}{state}: {ev}", f.cause);
+            let text = format!("{} {}{owner}{dur}{state}: {ev}", kind.as_str().to_uppercase(), f.cause);
             self.log(f.ts_ns, cookie.unwrap_or(0), LogKind::Finding, text);
         }
     }
@@ -517,7 +513,7 @@ pub struct ConnSummary {
     pub lost_retrans: u64,
     pub rtos: u64,
     pub stops: u32,
-    pub stop_causes: Vec<String>,
+    pub stop_causes: Vec<Cause>,
     pub closed: bool,
 }
 

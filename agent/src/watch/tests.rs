@@ -56,9 +56,9 @@ fn state_folds_the_outage_into_goodput_bins_scoreboard_log_and_stop() {
     assert_eq!(c.lost_retrans, 12);
     let stop = c.stop.as_ref().unwrap();
     assert!(stop.ongoing);
-    assert_eq!(stop.cause, "lost_retransmission");
+    assert_eq!(stop.cause.as_str(), "lost_retransmit");
     assert!(st.log.iter().any(|l| l.kind == LogKind::LostRetrans && l.repeat > 1), "lost retransmissions folded");
-    assert!(st.log.iter().any(|l| l.kind == LogKind::Finding && l.text.contains("STOP lost_retransmission")));
+    assert!(st.log.iter().any(|l| l.kind == LogKind::Finding && l.text.contains("STOP lost_retransmit")));
     // Goodput bins are one RTT (10 ms) wide; during the stop they carry at most one segment.
     let stop_bins: Vec<_> = c.goodput.iter().filter(|b| b.t_end_ns > synth::T0 + 1100 * MS).collect();
     assert!(stop_bins.len() > 150, "{} bins", stop_bins.len());
@@ -83,7 +83,7 @@ fn state_folds_the_outage_into_goodput_bins_scoreboard_log_and_stop() {
     let sum = st.summary();
     assert_eq!(sum.len(), 1);
     assert_eq!(sum[0].stops, 1);
-    assert_eq!(sum[0].stop_causes, vec!["lost_retransmission".to_string()]);
+    assert_eq!(sum[0].stop_causes, vec![crate::model::StopCause::LostRetransmit.into()]);
     assert!(sum[0].closed);
 }
 
@@ -120,7 +120,7 @@ fn screen_shows_the_tuple_numbers_charts_and_stop_cause() {
         "10.0 ms",
         "efficiency",
         "STOPPED",
-        "stop cause: lost_retransmission",
+        "stop cause: lost_retransmit",
         "goodput per RTT bin (10 ms)",
         "sequence",
         "lost retransmission",
@@ -156,7 +156,7 @@ fn several_matches_get_tabs_and_all_gets_fairness() {
     let f = st.fairness(&mut Vec::new()).unwrap();
     assert!(f.jain > 0.75 && f.jain < 0.95, "{f:?}");
     let s = screen(&st, 160, 48);
-    for want in ["4 connections matching :2811", "Jain fairness", "UNFAIR persistent_imbalance", "goodput per stream"] {
+    for want in ["4 connections matching :2811", "Jain fairness", "UNFAIR unfair_streams", "goodput per stream"] {
         assert!(s.contains(want), "screen lacks {want:?}:\n{s}");
     }
 }
@@ -457,20 +457,24 @@ fn a_stop_whose_cause_sharpens_is_shown_and_logged_with_its_new_cause_and_owner(
     let first = inputs
         .iter()
         .find_map(|i| match i {
-            WatchInput::Finding(f) if f.kind == crate::model::FindingKind::Stop => Some(f.clone()),
+            WatchInput::Finding(f) if f.kind() == crate::model::FindingKind::Stop => Some(f.clone()),
             _ => None,
         })
         .expect("the synthetic outage has a stop");
     let mut later = first.clone();
     later.ts_ns = synth::T0 + 3000 * MS;
-    later.cause = "path_silent".into();
+    later.cause = crate::model::StopCause::PathSilent.into();
     later.owner = Some(crate::model::StopOwner::Network);
     st.apply(&WatchInput::Finding(later));
     let c = st.selected().unwrap();
     let stop = c.stop.as_ref().unwrap();
     assert_eq!((stop.cause.as_str(), stop.owner), ("path_silent", Some(crate::model::StopOwner::Network)));
     assert_eq!(c.stops, 1, "the same stop, not a second one");
-    assert_eq!(c.stop_causes, vec!["path_silent".to_string()], "the summary names the cause it has now");
+    assert_eq!(
+        c.stop_causes,
+        vec![crate::model::StopCause::PathSilent.into()],
+        "the summary names the cause it has now"
+    );
     assert!(st.log.iter().any(|l| l.text.starts_with("STOP path_silent (network)")), "the change is logged");
     let s = screen(&st, 160, 48);
     assert!(s.contains("path_silent (network)"), "{s}");

@@ -164,15 +164,15 @@ fn a_path_event_dump_holds_the_members_that_joined_after_its_first_report() {
     }
     let now = rec.events[t].ts_ns;
     let path = |cookies: &[u64], ongoing: bool| Finding {
-        kind: FindingKind::Path,
         ts_ns: now,
         start_ns: now - 1_000_000_000,
         duration_s: (!ongoing).then_some(1.0),
         conn: None,
         group: Some("10.72.1.0/24".into()),
         ongoing,
-        cause: "path_stop_partial".into(),
+        cause: crate::model::PathScope::Partial.into(),
         owner: Some(StopOwner::Network),
+        path: Default::default(),
         evidence: serde_json::json!({"conns": cookies.iter().map(|c| serde_json::json!({"cookie": c})).collect::<Vec<_>>()}),
     };
     let job = r.on_finding(&path(&[50000, 50001], true)).expect("the first report opens the dump");
