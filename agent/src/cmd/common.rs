@@ -1,8 +1,9 @@
-//! Helpers shared by subcommands: input validation, clocks, privileges, Ctrl-C.
+//! Helpers shared by subcommands: input validation, clocks, privileges, process limits, Ctrl-C.
 use std::path::Path;
 use std::process::ExitCode;
 
 use tcpvigil::model::Filter;
+use tcpvigil::recording::{Header, FORMAT_VERSION};
 
 /// A usage error: printed, exit code 2, nothing loaded.
 pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -42,6 +43,19 @@ pub fn mono_now_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
+}
+
+/// The header of a recording made on this host now (by `record`, or the daemon's dumps).
+pub fn recording_header(variants: &tcpvigil::bpf::variants::Variants, filters: Vec<String>) -> Header {
+    Header {
+        tcpvigil_recording: FORMAT_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: kernel_release(),
+        hostname: hostname(),
+        mono_to_unix_ns: mono_to_unix_ns(),
+        variants: variants.pairs(),
+        filters,
+    }
 }
 
 pub fn kernel_release() -> String {
@@ -111,4 +125,29 @@ pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
         return Err(ExitCode::from(1));
     }
     Ok(variants)
+}
+
+/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
+/// otherwise, and the RSS stays at its peak for good).
+pub fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
+/// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
+pub fn raise_nofile(want: u64) {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live, initialised rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < want {
+            l.rlim_cur = want.min(l.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                tracing::warn!("could not raise the open-file limit to {want}");
+            }
+        }
+    }
 }

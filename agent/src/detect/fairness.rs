@@ -287,7 +287,9 @@ impl FairnessDetector {
             self.members_changed = true;
         }
         let mut present = HashSet::new();
-        for (key, streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+        for (key, mut streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+            // In cookie order, whatever order the table keeps: the same findings every run.
+            streams.sort_by_key(|s| s.0.cookie);
             present.insert(key.clone());
             let rates: Vec<f64> = streams.iter().map(|s| s.1).collect();
             let (min, max, sum) = (

@@ -4,7 +4,10 @@ pub mod limits;
 pub mod owner;
 pub mod path;
 pub mod phase;
+pub mod pipeline;
 pub mod stop;
+
+pub use pipeline::{analyze, Input, Pipeline};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +43,9 @@ impl DetectConfig {
     }
 }
 
-/// All detectors behind one interface: feed events and ticks, collect findings.
-pub struct Detectors {
+/// All detectors behind one interface: feed events and ticks, collect findings. Driven only by
+/// the `Pipeline`.
+pub(crate) struct Detectors {
     /// Connections whose receiver closed its window: their rwnd-limited time is that stop.
     zero_window: std::collections::HashSet<u64>,
     stop: stop::StopDetector,
@@ -117,32 +121,6 @@ impl Detectors {
         self.fairness.tick(now_ns, table, out);
         self.explain(from, out);
     }
-}
-
-/// Replay a recording: fold events in time order, ticking every 50 ms of event time.
-pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
-    let mut sorted: Vec<&Event> = events.iter().collect();
-    sorted.sort_by_key(|e| e.ts_ns);
-    let exact = sorted.iter().any(|e| matches!(e.body, crate::model::Body::LostRetrans(_)));
-    let mut table = ConnTable::new(exact);
-    let mut d = Detectors::new(cfg);
-    let mut out = Vec::new();
-    let step = 50_000_000;
-    let mut next_tick = sorted.first().map(|e| e.ts_ns + step).unwrap_or(0);
-    for ev in &sorted {
-        while next_tick <= ev.ts_ns {
-            d.tick(next_tick, &table, &mut out);
-            next_tick += step;
-        }
-        table.apply(ev);
-        d.observe(ev, &table, &mut out);
-    }
-    // Let findings in progress at the end be reported as such (a few ticks past the last event).
-    for _ in 0..10 {
-        d.tick(next_tick, &table, &mut out);
-        next_tick += step;
-    }
-    out
 }
 
 /// Latest finding per (kind, connection/group, start): ended reports replace ongoing ones.

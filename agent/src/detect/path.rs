@@ -172,13 +172,15 @@ impl PathDetector {
             let snap = e.snap.as_ref().map_or(0, |x| x.bytes_acked);
             snap.max(e.last_sample.as_ref().map_or(0, |x| x.bytes_acked))
         };
-        let not_stopped = table
+        let mut not_stopped: Vec<ConnId> = table
             .iter()
             .filter(|e| !e.closed && prefix_of(cfg, e.id.tuple.remote.ip()) == prefix)
             .filter(|e| !near.iter().any(|m| m.id.cookie == e.id.cookie))
             .filter(|e| bytes(e) >= cfg.min_bytes && e.last_ns + 2_000_000_000 >= s.start_ns)
             .map(|e| e.id)
             .collect();
+        // In cookie order, whatever order the table keeps: the same findings every run.
+        not_stopped.sort_by_key(|c| c.cookie);
         let start_ns = near.iter().map(|m| m.start_ns).min().unwrap_or(s.start_ns);
         self.events.insert(prefix.to_string(), Event { start_ns, members: near, not_stopped });
         Joined::Report { over: false }
