@@ -508,7 +508,7 @@ mod tests {
                 d.observe(&ev, &table);
             }
             for (i, r) in rates.iter().enumerate() {
-                let mut s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
+                let mut s = crate::detect::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
                 s.srtt_us = 20_000;
                 let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
                 table.apply(&ev);
@@ -539,7 +539,7 @@ mod tests {
                     if t >= to {
                         break;
                     }
-                    let mut s = crate::detect::stop::tests_support::sample(1 << 20);
+                    let mut s = crate::detect::tests_support::sample(1 << 20);
                     s.round = true;
                     v.push(Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) });
                 }
@@ -600,7 +600,7 @@ mod tests {
         while t < 10_000_000_000 {
             t += 50_000_000;
             for (i, r) in rates.iter().enumerate() {
-                let s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
+                let s = crate::detect::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
                 let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
                 table.apply(&ev);
                 d.observe(&ev, &table);

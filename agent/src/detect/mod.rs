@@ -6,6 +6,8 @@ pub mod path;
 pub mod phase;
 pub mod pipeline;
 pub mod stop;
+#[cfg(test)]
+pub(crate) mod tests_support;
 
 pub use pipeline::{analyze, Input, Pipeline};
 

@@ -122,7 +122,7 @@ fn usable(snd_una: u32, snd_wnd: u32, snd_nxt: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::stop::tests_support::sample;
+    use crate::detect::tests_support::sample;
 
     fn hold(in_flight: u32, unsent: u64, wnd: u64) -> Hold {
         Hold { ts_ns: 1, in_flight, unsent, usable_wnd: wnd, mss: 1448, cwnd: 0, probing: false, exact: true }

@@ -246,7 +246,7 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::stop::tests_support::sample;
+    use crate::detect::tests_support::sample;
     use crate::model::{Body, Event, StopCause, Tuple};
 
     const MS: u64 = 1_000_000;

@@ -9,8 +9,6 @@ mod evidence;
 mod judge;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-pub(crate) mod tests_support;
 
 use std::collections::HashMap;
 
