@@ -4,6 +4,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf::load::Settings;
+use crate::textfile::{read_capped, MAX_CONFIG_BYTES};
 
 /// `[bpf]`: what the kernel side collects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,23 +85,6 @@ pub enum ConfigError {
     Parse { path: String, err: String },
     #[error("{path}: {err}")]
     Invalid { path: String, err: String },
-}
-
-/// Config files (daemon, web) are small; anything larger is not one (/dev/zero would never end).
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// Read a whole text file of at most `limit` bytes: larger, or not UTF-8, is an error saying so.
-pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {} KiB: not a config file", limit >> 10),
-        ));
-    }
-    String::from_utf8(buf).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 impl Config {

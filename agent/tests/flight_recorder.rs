@@ -30,7 +30,7 @@ impl Dump {
     fn read(dir: &Path) -> Dump {
         let f = std::fs::File::open(dir.join("recording.jsonl")).expect("a recording in the dump");
         let rec = tcpvigil::recording::read(std::io::BufReader::new(f)).expect("the dump's recording reads back");
-        let findings = tcpvigil::plot::read_findings(&dir.join("recording.findings.jsonl")).expect("findings");
+        let findings = tcpvigil::recording::read_findings(&dir.join("recording.findings.jsonl")).expect("findings");
         assert_eq!(findings.len(), 1, "{}", dir.display());
         Dump { dir: dir.to_path_buf(), rec, finding: findings[0].clone() }
     }

@@ -14,11 +14,11 @@ use tokio::sync::mpsc;
 
 use super::abi::tv_stat;
 use super::decode::decode;
-use super::load::{load, prog_ref, set_phase, set_selection, Settings};
+use super::load::{load, set_phase, set_selection, Settings};
 use super::netns;
 use super::runstats::{Raw, RunStats};
 use super::tuples::Tuples;
-use super::variants::Variants;
+use super::variants::{prog_ref, Variants};
 use crate::model::filter::Rule;
 use crate::model::Event;
 
@@ -215,7 +215,7 @@ fn owner(
         }
         // Read the clock after draining: everything stamped before it has been handed over.
         let _ = rb.consume();
-        let _ = tx.try_send(Msg::Drained(mono_ns()));
+        let _ = tx.try_send(Msg::Drained(crate::clock::mono_now_ns()));
         run_stats.tick(Instant::now(), enable_bpf_stats, || raw_prog_stats(&loaded.skel, &progs));
         while let Ok(c) = ctl.try_recv() {
             match c {
@@ -274,12 +274,6 @@ fn read_prog_stats(
     if let Ok(mut s) = counters.prog_stats.lock() {
         *s = v;
     }
-}
-
-fn mono_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
 }
 
 fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {

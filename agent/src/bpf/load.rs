@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::abi::{as_bytes, tv_config, tv_filter, tv_match};
 use super::skel::{TcpvigilSkel, TcpvigilSkelBuilder};
-use super::variants::{Prog, Variants, ALL};
+use super::variants::{prog_ref, reason, take_libbpf_log, Prog, Variants, ALL};
 use crate::model::filter::Rule;
 
 /// What the kernel side is told before it starts.
@@ -38,23 +38,6 @@ impl Default for Settings {
             ringbuf_bytes: 8 << 20,
             snapshot_interval_ms: 1000,
         }
-    }
-}
-
-pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'b> {
-    let s = &skel.progs;
-    match p {
-        Prog::TcpProbe => &s.tv_tcp_probe,
-        Prog::SacktagExit => &s.tv_sacktag_exit,
-        Prog::RetransV2 => &s.tv_retrans_v2,
-        Prog::RetransV1 => &s.tv_retrans_v1,
-        Prog::MarkLost => &s.tv_mark_lost,
-        Prog::CongState => &s.tv_cong_state,
-        Prog::Sockops => &s.tv_sockops,
-        Prog::RtoTimer => &s.tv_rto_timer,
-        Prog::SetState => &s.tv_set_state,
-        Prog::Destroy => &s.tv_destroy,
-        Prog::Iter => &s.tv_iter,
     }
 }
 
@@ -171,9 +154,9 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
         p.of(&mut open).set_autoload(chosen.contains(&p));
     }
     open.maps.tv_events.set_max_entries(s.ringbuf_bytes)?;
-    let _ = super::variants::take_libbpf_log();
+    let _ = take_libbpf_log();
     let skel = open.load().map_err(|e| {
-        let why = super::variants::reason(&e, &super::variants::take_libbpf_log());
+        let why = reason(&e, &take_libbpf_log());
         anyhow!("loading the eBPF programs: {why}")
     })?;
 

@@ -3,10 +3,28 @@ use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{OpenProgramMut, PrintLevel};
+use libbpf_rs::{OpenProgramMut, PrintLevel, ProgramMut};
 use serde::Serialize;
 
-use super::skel::{OpenTcpvigilSkel, TcpvigilSkelBuilder};
+use super::skel::{OpenTcpvigilSkel, TcpvigilSkel, TcpvigilSkelBuilder};
+
+/// The loaded program of `p`.
+pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'b> {
+    let s = &skel.progs;
+    match p {
+        Prog::TcpProbe => &s.tv_tcp_probe,
+        Prog::SacktagExit => &s.tv_sacktag_exit,
+        Prog::RetransV2 => &s.tv_retrans_v2,
+        Prog::RetransV1 => &s.tv_retrans_v1,
+        Prog::MarkLost => &s.tv_mark_lost,
+        Prog::CongState => &s.tv_cong_state,
+        Prog::Sockops => &s.tv_sockops,
+        Prog::RtoTimer => &s.tv_rto_timer,
+        Prog::SetState => &s.tv_set_state,
+        Prog::Destroy => &s.tv_destroy,
+        Prog::Iter => &s.tv_iter,
+    }
+}
 
 /// Every program in the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -287,7 +305,7 @@ pub fn trial(prog: Prog) -> Result<(), String> {
     let _ = open.maps.tv_rtx.set_max_entries(16);
     let skel = open.load().map_err(|e| reason(&e, &take_libbpf_log()))?;
     if prog.auto_attach() {
-        let p = super::load::prog_ref(&skel, prog);
+        let p = prog_ref(&skel, prog);
         let link = p.attach().map_err(|e| format!("loads but does not attach: {}", reason(&e, &take_libbpf_log())))?;
         drop(link);
     }

@@ -2,8 +2,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use tcpvigil::clock::mono_to_unix_ns;
 use tcpvigil::model::Filter;
-use tcpvigil::recording::{Header, FORMAT_VERSION};
+use tcpvigil::recording::{Header, Recording, FORMAT_VERSION};
 
 /// A usage error: printed, exit code 2, nothing loaded.
 pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -30,19 +31,15 @@ pub fn check_out_path(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Unix time minus CLOCK_MONOTONIC, in nanoseconds.
-pub fn mono_to_unix_ns() -> i64 {
-    let now = |clk| nix::time::clock_gettime(clk).map(|t| t.tv_sec() as i64 * 1_000_000_000 + t.tv_nsec() as i64);
-    match (now(nix::time::ClockId::CLOCK_REALTIME), now(nix::time::ClockId::CLOCK_MONOTONIC)) {
-        (Ok(r), Ok(m)) => r - m,
-        _ => 0,
+/// A recording named on the command line; a file that cannot be opened or is not a recording is
+/// a usage error (printed, exit code 2). A cut-off last line is said and ignored.
+pub fn read_recording(path: &Path) -> Result<Recording, ExitCode> {
+    let f = std::fs::File::open(path).map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?;
+    let rec = tcpvigil::recording::read_file(f).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    if rec.truncated_tail {
+        eprintln!("tcpvigil: the last line of {} was cut off (recorder stopped mid-write); ignored", path.display());
     }
-}
-
-pub fn mono_now_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
+    Ok(rec)
 }
 
 /// The header of a recording made on this host now (by `record`, or the daemon's dumps).

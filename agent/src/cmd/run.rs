@@ -10,9 +10,9 @@ use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Counters, Msg};
 use tcpvigil::bpf::preowners::PreOwners;
 use tcpvigil::bpf::variants::Prog;
+use tcpvigil::clock::{mono_now_ns, mono_to_unix_ns};
 use tcpvigil::config::Config;
 use tcpvigil::detect::{Input, Pipeline};
-use tcpvigil::export::events::monotonic_to_wall_offset_ns;
 use tcpvigil::export::health::{KernelCounters, ProgStats};
 use tcpvigil::export::outputs::{Flight, Outputs};
 use tcpvigil::export::recorder::sink::DumpSink;
@@ -130,7 +130,7 @@ async fn daemon(
     let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(Box::new(move |id| pre.owner_of(id)));
     let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
     metrics.set_exact_lost_retrans(exact);
-    let offset = monotonic_to_wall_offset_ns();
+    let offset = mono_to_unix_ns();
     let events = match &cfg.export.events {
         Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
         None => None,

@@ -91,7 +91,7 @@ impl ExportConfig {
         if self.max_groups > MAX_GROUPS {
             return Err(ConfigError::MaxGroups(self.max_groups));
         }
-        let min = super::metrics::min_series_cap();
+        let min = super::series::min_series_cap();
         if self.series_cap < min {
             return Err(ConfigError::SeriesCap { got: self.series_cap, min });
         }
@@ -146,7 +146,7 @@ mod tests {
         f.export.validate().unwrap();
         assert_eq!(f.export, ExportConfig::default());
         assert!(text.contains(&format!("series_cap = {}", ExportConfig::default().series_cap)));
-        assert!(text.contains(&format!("At least {}.", super::super::metrics::min_series_cap())));
+        assert!(text.contains(&format!("At least {}.", super::super::series::min_series_cap())));
         // The commented examples are valid too.
         let uncommented: String = text
             .lines()

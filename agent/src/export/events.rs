@@ -5,10 +5,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::clock::rfc3339;
 use crate::model::{Finding, Owner};
 
 /// Where findings go.
@@ -35,26 +35,6 @@ pub struct EventsError {
     pub path: PathBuf,
     #[source]
     pub source: io::Error,
-}
-
-/// Nanoseconds to add to a CLOCK_MONOTONIC time to get wall time (CLOCK_REALTIME), now.
-/// Recompute it now and then (e.g. on every refresh) to follow wall-clock steps.
-pub fn monotonic_to_wall_offset_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let mono = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    (wall - mono).clamp(i64::MIN as i128, i64::MAX as i128) as i64
-}
-
-/// RFC 3339 UTC with microseconds for a monotonic time, given the offset to wall time.
-pub fn rfc3339(mono_ns: u64, offset_ns: i64) -> String {
-    let wall = (mono_ns as i128 + offset_ns as i128).clamp(0, u64::MAX as i128) as u64;
-    humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(wall)).to_string()
 }
 
 /// `schema_version` of every line: docs/schema/events-v1.schema.json. Lines without the field
@@ -152,7 +132,7 @@ impl EventsWriter {
         EventsWriter { target: None, out: Some(out), offset_ns, written: 0, errors: 0 }
     }
 
-    /// Follow a wall-clock step (see `monotonic_to_wall_offset_ns`).
+    /// Follow a wall-clock step (see `clock::mono_to_unix_ns`).
     pub fn set_offset(&mut self, offset_ns: i64) {
         self.offset_ns = offset_ns;
     }

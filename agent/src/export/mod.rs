@@ -6,11 +6,13 @@
 pub mod config;
 mod conns;
 pub mod events;
+pub mod families;
 pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod outputs;
 pub mod recorder;
+pub mod series;
 pub mod webconfig;
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use crate::model::record::StateChange;
 use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto};
-use crate::plot;
 use crate::recording::{self, Header};
+use crate::{clock, plot};
 
 mod codec;
 mod config;
@@ -428,27 +428,11 @@ impl Recorder {
     }
 }
 
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's algorithm).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `stop-40961-20231114T221320Z`: kind, who, when it started (UTC).
 pub fn dump_name(job: &DumpJob, mono_to_unix_ns: i64) -> String {
-    let unix = (job.finding.start_ns as i64 + mono_to_unix_ns).div_euclid(1_000_000_000);
-    let (y, mo, d) = civil(unix.div_euclid(86_400));
-    let s = unix.rem_euclid(86_400);
     let kind = job.finding.kind();
     let who = job.finding.conn.map_or_else(|| format!("job{}", job.id), |c| c.cookie.to_string());
-    format!("{kind}-{who}-{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)
+    format!("{kind}-{who}-{}", clock::compact_utc(job.finding.start_ns, mono_to_unix_ns))
 }
 
 /// Write `dir/NAME/recording.jsonl` (the recording format, so `analyze` and `plot` read it),
@@ -484,10 +468,9 @@ fn write_dump_via(dump: &ReadyDump, header: &Header, tmp: &Path, fin: &Path) -> 
     }
     w.flush().map_err(io(&rec_path))?;
     drop(w);
-    let f_path = plot::findings_path_for(&rec_path);
-    let mut line = serde_json::to_vec(&dump.job.finding).map_err(|e| io(&f_path)(e.into()))?;
-    line.push(b'\n');
-    std::fs::write(&f_path, line).map_err(io(&f_path))?;
+    let f_path = recording::findings_path_for(&rec_path);
+    let file = std::fs::File::create(&f_path).map_err(io(&f_path))?;
+    recording::write_findings(BufWriter::new(file), std::slice::from_ref(&dump.job.finding)).map_err(io(&f_path))?;
     let rec = recording::Recording { header: h, events: dump.events.clone(), truncated_tail: false };
     plot::plot_recording(&rec, None, std::slice::from_ref(&dump.job.finding), tmp).map_err(RecorderError::Plot)?;
     if fin.exists() {

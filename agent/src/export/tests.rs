@@ -7,7 +7,8 @@ use serde_json::json;
 
 use super::config::{ExportConfig, TransferRule};
 use super::health::{Health, KernelCounters, ProgStats};
-use super::metrics::{fixed_series, min_series_cap, Metrics};
+use super::metrics::Metrics;
+use super::series::{fixed_series, min_series_cap};
 use crate::model::{
     Body, Cause, ConnId, ConnTable, Event, Finding, LimitReason, Owner, PathScope, PathTag, Retrans, Rto, Snap,
     StopCause, Tuple,
@@ -171,7 +172,7 @@ fn an_idle_scrape_has_exactly_the_fixed_series_and_is_valid_openmetrics() {
     m.refresh(&ConnTable::new(false), &Health::default());
     let text = scrape(&r);
     check_openmetrics(&text).unwrap();
-    assert_eq!(series(&text).len(), fixed_series() + super::health::FIXED_SERIES, "{text}");
+    assert_eq!(series(&text).len(), fixed_series() + super::series::health_fixed_series(), "{text}");
 }
 
 #[test]

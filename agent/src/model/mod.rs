@@ -5,6 +5,7 @@ pub mod filter;
 pub mod finding;
 pub mod record;
 pub mod table;
+pub mod units;
 
 pub use cause::{Cause, FindingKind, LimitReason, PathScope, StopCause, StopOwner};
 pub use conn::{ConnId, Owner, Tuple};

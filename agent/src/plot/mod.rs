@@ -12,13 +12,13 @@ pub mod synth;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
 use crate::model::{Event, Filter, Finding, FindingKind};
-use crate::recording::{self, Recording};
+use crate::recording::{self, FindingsError, Recording};
 use series::ConnSeries;
 
 pub use figure::{HEIGHT, WIDTH};
@@ -40,38 +40,23 @@ pub struct PlotArgs {
     pub findings: Option<PathBuf>,
 }
 
-/// Where the findings that go with a recording are kept: `X.jsonl` -> `X.findings.jsonl`.
-pub fn findings_path_for(recording: &Path) -> PathBuf {
-    recording.with_extension("findings.jsonl")
-}
-
-/// Read findings, one JSON object per line; a bad line is an error naming it.
-pub fn read_findings(path: &Path) -> anyhow::Result<Vec<Finding>> {
-    let f = File::open(path).with_context(|| format!("cannot open the findings {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let finding = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a tcpvigil finding", path.display(), i + 1))?;
-        out.push(finding);
-    }
-    Ok(out)
-}
-
 /// `tcpvigil plot`: read the recording (and findings) and write the pictures.
 pub fn run(args: &PlotArgs) -> anyhow::Result<Vec<PathBuf>> {
     let file = File::open(&args.recording).with_context(|| format!("cannot open {}", args.recording.display()))?;
     let rec = recording::read(BufReader::new(file)).with_context(|| args.recording.display().to_string())?;
-    let sibling = findings_path_for(&args.recording);
-    let findings = match &args.findings {
-        Some(p) => read_findings(p)?,
-        None if sibling.exists() => read_findings(&sibling)?,
-        None => Vec::new(),
-    };
+    let findings = findings_for(&args.recording, args.findings.as_deref(), &rec)?;
     plot_recording(&rec, args.conn.as_ref(), &findings, &args.out)
+}
+
+/// The findings a recording's pictures shade: the file given, else the recording's findings
+/// sibling, else what the detectors find in it.
+pub fn findings_for(path: &Path, given: Option<&Path>, rec: &Recording) -> Result<Vec<Finding>, FindingsError> {
+    let sibling = recording::findings_path_for(path);
+    match given {
+        Some(p) => recording::read_findings(p),
+        None if sibling.exists() => recording::read_findings(&sibling),
+        None => Ok(crate::detect::final_findings(&crate::detect::analyze(&rec.events, &Default::default()))),
+    }
 }
 
 fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {

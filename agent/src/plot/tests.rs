@@ -6,6 +6,7 @@ use resvg::tiny_skia::Pixmap;
 
 use super::series::ConnSeries;
 use super::*;
+use crate::recording::{findings_path_for, read_findings};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tcpvigil-plot-{name}-{}", std::process::id()));

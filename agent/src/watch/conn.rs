@@ -1,9 +1,19 @@
 //! One watched connection: live numbers, goodput bins, chart points, stop and limits, and what
 //! holds it back. Pure: folded from events by `WatchState`.
 
-use super::state::{Ring, BIN_CAP, MAX_BIN_NS, MIN_BIN_NS, POINT_CAP, POINT_RES_NS};
+use super::ring::Ring;
 use crate::model::record::{ca_state_name, CA_LOSS, CA_RECOVERY};
 use crate::model::{ConnId, Owner, Sample, Snap};
+
+/// Chart points are kept at this resolution (the last value in each slot wins).
+pub const POINT_RES_NS: u64 = 10_000_000;
+/// Longest time window the charts can show, seconds.
+pub const MAX_WINDOW_S: u32 = 120;
+const POINT_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / POINT_RES_NS) as usize;
+/// Goodput bins are one smoothed RTT wide, clamped to this range.
+pub const MIN_BIN_NS: u64 = 5_000_000;
+pub const MAX_BIN_NS: u64 = 2_000_000_000;
+const BIN_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / MIN_BIN_NS) as usize;
 
 /// One goodput bin: bytes newly acknowledged in `[t_end - width, t_end)`.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,6 +8,7 @@ pub mod input;
 pub mod lines;
 pub mod render;
 pub mod replay;
+pub mod ring;
 pub mod state;
 pub mod term;
 
@@ -114,7 +115,7 @@ pub struct WatchSummary {
 
 impl fmt::Display for WatchSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use state::{human_bps, human_bytes};
+        use crate::model::units::{human_bps, human_bytes};
         if self.conns.is_empty() {
             writeln!(f, "no matching connection was seen ({} findings)", self.findings)?;
         }

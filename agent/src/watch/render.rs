@@ -6,8 +6,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Clear, Dataset, GraphType, Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 
-use super::state::{human_bps, human_bytes, tcp_state_name, ConnView, LogKind, Reason, WatchState};
+use super::state::{tcp_state_name, ConnView, LogKind, Reason, WatchState};
 use crate::model::record::ca_state_name;
+use crate::model::units::{human_bps, human_bytes};
 use crate::model::Filter;
 
 const C_GOODPUT: Color = Color::Cyan;

@@ -3,14 +3,14 @@
 //! Times are the events' CLOCK_MONOTONIC nanoseconds; `now` advances with events and ticks.
 //! Ring buffers are bounded and reach their capacity once, so folding an event or a tick does not
 //! allocate in the steady state (log lines and snapshots, which are rare, do).
-use std::collections::VecDeque;
-
 use serde::Serialize;
 
 use crate::model::record::{ca_state_name, CA_LOSS};
 use crate::model::{Body, Cause, ConnId, Event, Filter, Finding, FindingKind};
 
-pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView};
+pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView, MAX_WINDOW_S, MIN_BIN_NS, POINT_RES_NS};
+use super::ring::Ring;
+use crate::model::units::{human_bytes, jain};
 
 /// What `run` consumes: events and findings of the matching connections, and the time.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,57 +21,11 @@ pub enum WatchInput {
     Tick(u64),
 }
 
-/// Chart points are kept at this resolution (the last value in each slot wins).
-pub const POINT_RES_NS: u64 = 10_000_000;
-/// Longest time window the charts can show, seconds.
-pub const MAX_WINDOW_S: u32 = 120;
-pub(super) const POINT_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / POINT_RES_NS) as usize;
-/// Goodput bins are one smoothed RTT wide, clamped to this range.
-pub const MIN_BIN_NS: u64 = 5_000_000;
-pub const MAX_BIN_NS: u64 = 2_000_000_000;
-pub(super) const BIN_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / MIN_BIN_NS) as usize;
 const LOG_CAP: usize = 200;
 /// Connections beyond this many are counted, not shown.
 pub const MAX_CONNS: usize = 32;
 /// Window steps for the +/- keys, seconds.
 pub const WINDOW_STEPS: [u32; 8] = [1, 2, 5, 10, 20, 30, 60, 120];
-
-/// A bounded FIFO: pushing onto a full ring drops the oldest item.
-#[derive(Debug, Clone)]
-pub struct Ring<T> {
-    buf: VecDeque<T>,
-    cap: usize,
-}
-
-impl<T> Ring<T> {
-    pub fn new(cap: usize) -> Self {
-        Ring { buf: VecDeque::with_capacity(cap.min(1024)), cap }
-    }
-    pub fn push(&mut self, v: T) {
-        if self.buf.len() == self.cap {
-            self.buf.pop_front();
-        }
-        self.buf.push_back(v);
-    }
-    pub fn last(&self) -> Option<&T> {
-        self.buf.back()
-    }
-    pub fn last_mut(&mut self) -> Option<&mut T> {
-        self.buf.back_mut()
-    }
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
-        self.buf.iter()
-    }
-    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut T> + ExactSizeIterator {
-        self.buf.iter_mut()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogKind {
@@ -120,12 +74,6 @@ pub fn busiest(conns: &[ConnView], current: usize) -> usize {
         .filter(|(_, c)| !c.closed() && c.total_bytes > bar)
         .max_by_key(|(_, c)| c.total_bytes)
         .map_or(current, |(i, _)| i)
-}
-
-/// Jain's fairness index of `rates`, None for an empty or all-zero set.
-pub fn jain(rates: &[f64]) -> Option<f64> {
-    let (s, s2) = rates.iter().fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
-    (s2 > 0.0).then(|| s * s / (rates.len() as f64 * s2))
 }
 
 pub fn tcp_state_name(s: u8) -> &'static str {
@@ -536,34 +484,5 @@ impl ConnSummary {
             stop_causes: c.stop_causes.clone(),
             closed: c.closed(),
         }
-    }
-}
-
-/// 1536 -> "1.5 KiB".
-pub fn human_bytes(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
-}
-
-/// 480e6 -> "480.0 Mbit/s".
-pub fn human_bps(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.1} kbit/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} bit/s")
     }
 }

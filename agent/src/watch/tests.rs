@@ -3,7 +3,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::render::{draw, Hud, Scratch};
-use super::state::{jain, LogKind, WatchInput, WatchState, POINT_RES_NS};
+use super::state::{LogKind, WatchInput, WatchState, POINT_RES_NS};
 use super::*;
 use crate::model::{Body, Event, Filter};
 use crate::plot::synth;
@@ -191,13 +191,6 @@ fn the_group_view_shows_the_send_phase_when_the_streams_report_rounds() {
 }
 
 #[test]
-fn jain_index_is_one_for_equal_rates_and_one_over_n_for_one_hog() {
-    assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
-    assert!((jain(&[9.0, 0.0, 0.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
-    assert_eq!(jain(&[0.0, 0.0]), None);
-}
-
-#[test]
 fn zoom_steps_and_pause_freeze_the_view_end() {
     let mut st = WatchState::new(":1".parse().unwrap(), false, 30);
     st.zoom(true);
@@ -259,7 +252,7 @@ async fn replay_feeds_the_recording_in_order_with_ticks() {
     }
     std::fs::write(&path, buf).unwrap();
     let fl: String = findings.iter().map(|f| serde_json::to_string(f).unwrap() + "\n").collect();
-    std::fs::write(crate::plot::findings_path_for(&path), fl).unwrap();
+    std::fs::write(crate::recording::findings_path_for(&path), fl).unwrap();
     let mut rx = replay::start(&path, None, 1000.0).unwrap();
     let (mut events, mut ticks, mut finds, mut last) = (0, 0, 0, 0);
     while let Some(i) = rx.recv().await {

@@ -4,11 +4,9 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use super::config::StopConfig;
-use super::conn::Conn;
-use crate::detect::owner::StopOwner;
+use crate::detect::owner::{Hold, StopOwner};
 use crate::model::record::{ca_state_name, CA_LOSS};
-use crate::model::{Finding, PathTag, Retrans, Rto, StopCause};
+use crate::model::{Retrans, Rto};
 
 /// What happened since delivery was last healthy.
 #[derive(Debug, Default, Clone)]
@@ -61,65 +59,41 @@ impl Evidence {
         self.rto_wait_us += r.rto_us as u64;
         self.ca_states.insert(CA_LOSS);
     }
-}
 
-impl Conn {
-    /// The stop ends at `end`: reported with the owner and cause it had while it lasted.
-    pub fn end(&mut self, cfg: &StopConfig, now: u64, start: u64, end: u64, out: &mut Vec<Finding>) {
-        let verdict = self.verdict.take().unwrap_or_else(|| self.judge(cfg, false));
-        // The evidence gathered since the last tick (a timeout, say) may name the network cause better.
-        let verdict = match verdict {
-            (StopOwner::Network, _) => (StopOwner::Network, self.network_cause(cfg)),
-            v => v,
-        };
-        out.push(self.finding(now, start, Some(end), verdict));
-        self.active = None;
-        self.was_receivers = false;
-        self.resume = None;
-        self.asked = None;
-        self.ev = Evidence::default();
-    }
-
-    /// The stop from `start`, ended at `end` or in progress at `now`.
-    pub fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
-        let e = &self.ev;
-        let during = e.delivered;
-        let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
-        let (owner, cause) = v;
-        Finding {
-            ts_ns: now,
-            conn: Some(self.id),
-            group: None,
-            start_ns: start,
-            duration_s: end.map(|_| secs),
-            ongoing: end.is_none(),
-            cause: cause.into(),
-            owner: Some(owner),
-            path: PathTag::default(),
-            evidence: json!({
-                "owner": owner.as_str(),
-                "receiver_limited": owner == StopOwner::Receiver,
-                "sender_holds": self.hold.evidence(),
-                "sender_holds_age_s": now.saturating_sub(self.hold.ts_ns) as f64 / 1e9,
-                "srtt_ms": self.srtt_us as f64 / 1e3,
-                "rate_before_bps": self.rate_bps,
-                "rate_during_bps": if secs > 0.0 { during as f64 / secs } else { 0.0 },
-                "bytes_delivered_during": during,
-                "rtos": e.rtos,
-                "max_backoff": e.max_backoff,
-                "rto_wait_s": e.rto_wait_us as f64 / 1e6,
-                "lost_retransmits": e.lost_retrans,
-                "max_lost_retransmit_delay_s": e.max_lost_delay_ns as f64 / 1e9,
-                "retransmitted_segments": e.retrans_segs,
-                "retransmissions_per_rtt": if secs > 0.0 && self.srtt_us > 0 {
-                    e.retrans_segs as f64 * self.srtt_us as f64 / 1e6 / secs
-                } else {
-                    0.0
-                },
-                "min_cwnd": e.min_cwnd,
-                "ca_states": e.ca_states.iter().map(|&s| ca_state_name(s)).collect::<Vec<_>>(),
-                "acks_during": e.acks,
-            }),
-        }
+    /// A stop's evidence after `secs` of it: the owner, what the sender held (the look `hold`,
+    /// `now`), the connection's srtt and rate before, and what happened since.
+    pub fn json(
+        &self,
+        owner: StopOwner,
+        hold: &Hold,
+        now: u64,
+        srtt_us: u32,
+        rate_before_bps: f64,
+        secs: f64,
+    ) -> serde_json::Value {
+        json!({
+            "owner": owner.as_str(),
+            "receiver_limited": owner == StopOwner::Receiver,
+            "sender_holds": hold.evidence(),
+            "sender_holds_age_s": now.saturating_sub(hold.ts_ns) as f64 / 1e9,
+            "srtt_ms": srtt_us as f64 / 1e3,
+            "rate_before_bps": rate_before_bps,
+            "rate_during_bps": if secs > 0.0 { self.delivered as f64 / secs } else { 0.0 },
+            "bytes_delivered_during": self.delivered,
+            "rtos": self.rtos,
+            "max_backoff": self.max_backoff,
+            "rto_wait_s": self.rto_wait_us as f64 / 1e6,
+            "lost_retransmits": self.lost_retrans,
+            "max_lost_retransmit_delay_s": self.max_lost_delay_ns as f64 / 1e9,
+            "retransmitted_segments": self.retrans_segs,
+            "retransmissions_per_rtt": if secs > 0.0 && srtt_us > 0 {
+                self.retrans_segs as f64 * srtt_us as f64 / 1e6 / secs
+            } else {
+                0.0
+            },
+            "min_cwnd": self.min_cwnd,
+            "ca_states": self.ca_states.iter().map(|&s| ca_state_name(s)).collect::<Vec<_>>(),
+            "acks_during": self.acks,
+        })
     }
 }

@@ -1,10 +1,11 @@
 //! Judging, at each tick: when a stop starts, whose it is and why, when its verdict sharpens and
-//! when it ends.
+//! when it ends, and the finding that says so.
 use super::config::StopConfig;
 use super::conn::Conn;
+use super::evidence::Evidence;
 use crate::detect::owner::StopOwner;
 use crate::model::record::{CA_LOSS, CA_RECOVERY};
-use crate::model::{Finding, StopCause};
+use crate::model::{Finding, PathTag, StopCause};
 
 /// How long past the threshold a stop seen only as silence waits for the fresh look it asked for.
 const LOOK_WAIT_NS: u64 = 40_000_000;
@@ -228,6 +229,42 @@ impl Conn {
             StopCause::SlowRecovery
         } else {
             StopCause::Unknown
+        }
+    }
+}
+
+impl Conn {
+    /// The stop ends at `end`: reported with the owner and cause it had while it lasted.
+    pub fn end(&mut self, cfg: &StopConfig, now: u64, start: u64, end: u64, out: &mut Vec<Finding>) {
+        let verdict = self.verdict.take().unwrap_or_else(|| self.judge(cfg, false));
+        // The evidence gathered since the last tick (a timeout, say) may name the network cause better.
+        let verdict = match verdict {
+            (StopOwner::Network, _) => (StopOwner::Network, self.network_cause(cfg)),
+            v => v,
+        };
+        out.push(self.finding(now, start, Some(end), verdict));
+        self.active = None;
+        self.was_receivers = false;
+        self.resume = None;
+        self.asked = None;
+        self.ev = Evidence::default();
+    }
+
+    /// The stop from `start`, ended at `end` or in progress at `now`.
+    pub fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
+        let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
+        let (owner, cause) = v;
+        Finding {
+            ts_ns: now,
+            conn: Some(self.id),
+            group: None,
+            start_ns: start,
+            duration_s: end.map(|_| secs),
+            ongoing: end.is_none(),
+            cause: cause.into(),
+            owner: Some(owner),
+            path: PathTag::default(),
+            evidence: self.ev.json(owner, &self.hold, now, self.srtt_us, self.rate_bps, secs),
         }
     }
 }
