@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use support::schema::{validate_values, validator_available};
 use tcpvigil::export::events::finding_json;
 use tcpvigil::model::{
-    Cause, ConnId, Finding, FindingKind, LimitReason, Owner, PathScope, StopCause, StopOwner, Tuple,
+    Cause, ConnId, Finding, FindingKind, LimitReason, PathScope, Process, StopCause, StopOwner, Tuple,
 };
 
 fn fixtures() -> Vec<PathBuf> {
@@ -92,7 +92,7 @@ fn writer_lines() -> Vec<Value> {
     let stop_ev = json!({"owner": "network", "rtos": 3, "srtt_ms": 40.0});
     let path_ev = json!({"prefix": "10.0.1.0/24", "stopped": 3, "not_stopped": 1, "starts_spread_s": 0.1,
         "conns": [{"cookie": 1, "local": "10.0.0.1:1", "remote": "10.0.1.2:2", "cause": "rto"}]});
-    let owner = Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+    let owner = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
     let fs = [
         finding(StopCause::PathSilent.into(), Some(StopOwner::Network), stop_ev.clone()),
         finding(StopCause::ZeroWindow.into(), Some(StopOwner::Receiver), stop_ev.clone()),

@@ -613,12 +613,12 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
     // Snapshots and the owner tag are each process's own (see above).
     let comparable = |v: &[Event]| -> Vec<Event> {
         let mut v: Vec<Event> =
-            v.iter().filter(|e| !matches!(e.body, Body::Snapshot(_) | Body::Owner(_))).cloned().collect();
+            v.iter().filter(|e| !matches!(e.body, Body::Snapshot(_) | Body::Process(_))).cloned().collect();
         v.sort_by_key(|e| e.ts_ns);
         v
     };
     let (w, r) = (comparable(&watched), comparable(&recorded));
-    let probe = |e: &Event| matches!(&e.body, Body::Sample(s) if s.src == tcpvigil::model::record::SampleSrc::Probe);
+    let probe = |e: &Event| matches!(&e.body, Body::Sample(s) if s.src == tcpvigil::model::event::SampleSrc::Probe);
     for (label, a, b) in [("watch", &w, &r), ("record", &r, &w)] {
         let (pairs, lone) = pair_up(a, b, win);
         let samples = pairs.iter().filter(|(x, _)| probe(x)).count() + lone.iter().filter(|x| probe(x)).count();

@@ -1,4 +1,4 @@
-//! The BPF owner thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
+//! The BPF thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -22,7 +22,7 @@ use super::variants::{prog_ref, Variants};
 use crate::model::filter::Rule;
 use crate::model::Event;
 
-/// Counters the owner thread keeps for exporters.
+/// Counters the BPF thread keeps for exporters.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Events the tokio side had no room for.
@@ -46,7 +46,7 @@ pub struct Counters {
 pub const KERNEL_STAT_NAMES: [&str; 7] =
     ["ringbuf_full", "storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail", "samples", "events"];
 
-/// What the owner thread hands to the daemon, in order.
+/// What the BPF thread hands to the daemon, in order.
 #[derive(Debug)]
 pub enum Msg {
     Event(Event),
@@ -91,7 +91,7 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("tcpvigil-bpf".into())
             .spawn(move || {
-                if let Err(e) = owner(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
+                if let Err(e) = bpf_thread(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
                     let _ = ready_tx.send(Err(e));
                 }
             })
@@ -160,7 +160,7 @@ fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn owner(
+fn bpf_thread(
     settings: Settings,
     variants: Variants,
     bpf_stats: bool,

@@ -207,6 +207,6 @@ pub fn kind_name(b: &Body) -> &'static str {
         Body::State(_) => "state",
         Body::Snapshot(_) => "snapshot",
         Body::Close(_) => "close",
-        Body::Owner(_) => "owner",
+        Body::Process(_) => "owner",
     }
 }

@@ -125,7 +125,7 @@ async fn daemon(
         connections = old_conns,
         listeners = old_listeners,
         ms = t.elapsed().as_millis() as u64,
-        "owners of sockets older than the daemon read from /proc"
+        "processes of sockets older than the daemon read from /proc"
     );
     let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(Box::new(move |id| pre.owner_of(id)));
     let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
@@ -163,7 +163,7 @@ async fn daemon(
     loop {
         tokio::select! {
             msg = agent.events.recv() => match msg {
-                Some(Msg::Event(ev)) => out.step(&mut pipe, Input::Record(&ev)),
+                Some(Msg::Event(ev)) => out.step(&mut pipe, Input::Event(&ev)),
                 // Time advances only as far as the kernel's records have been read.
                 Some(Msg::Drained(t)) => {
                     out.step(&mut pipe, Input::Time(t));

@@ -36,7 +36,7 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
             while let Some(msg) = agent.events.recv().await {
                 let input = match msg {
                     Msg::Event(ev) if filter.matches(&ev.conn) => {
-                        pipe.feed(Input::Record(&ev), |_| {});
+                        pipe.feed(Input::Event(&ev), |_| {});
                         WatchInput::Event(ev)
                     }
                     Msg::Event(_) => continue,

@@ -107,22 +107,22 @@ fn in_cidr(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
 /// The group a connection belongs to.
 pub fn group_key(cfg: &FairnessConfig, e: &ConnEntry) -> String {
     let t = e.id.tuple;
-    let owner = e.owner.clone().unwrap_or_default();
+    let process = e.process.clone().unwrap_or_default();
     let key = cfg
         .rules
         .iter()
         .find(|r| {
             r.remote_cidr.as_deref().and_then(parse_cidr).is_none_or(|c| in_cidr(t.remote.ip(), c))
                 && r.remote_ports.is_none_or(|(a, b)| (a..=b).contains(&t.remote.port()))
-                && r.comm.as_ref().is_none_or(|c| *c == owner.comm)
+                && r.comm.as_ref().is_none_or(|c| *c == process.comm)
         })
         .map(|r| &r.key)
         .unwrap_or(&cfg.key);
     key.iter()
         .map(|f| match f {
-            GroupField::Pid => format!("pid={}", owner.pid),
-            GroupField::Comm => format!("comm={}", owner.comm),
-            GroupField::Cgroup => format!("cgroup={}", owner.cgroup_id),
+            GroupField::Pid => format!("pid={}", process.pid),
+            GroupField::Comm => format!("comm={}", process.comm),
+            GroupField::Cgroup => format!("cgroup={}", process.cgroup_id),
             GroupField::RemoteIp => format!("remote={}", t.remote.ip().to_canonical()),
             GroupField::RemotePort => format!("rport={}", t.remote.port()),
             GroupField::LocalPort => format!("lport={}", t.local.port()),
@@ -439,7 +439,7 @@ fn send_phase(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Owner, Tuple};
+    use crate::model::{Process, Tuple};
 
     fn conn(i: u64) -> ConnId {
         ConnId {
@@ -485,7 +485,7 @@ mod tests {
             table.apply(&Event {
                 ts_ns: 1,
                 conn: conn(i as u64),
-                body: Body::Owner(Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }),
+                body: Body::Process(Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }),
             });
         }
         let mut t = 0;
@@ -635,7 +635,7 @@ mod tests {
             key: vec![GroupField::RemoteIp],
         });
         let mut t = ConnTable::new(false);
-        t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Owner(Owner { pid: 7, ..Default::default() }) });
+        t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Process(Process { pid: 7, ..Default::default() }) });
         let e = t.get(1).unwrap();
         assert_eq!(group_key(&cfg, e), "remote=10.0.0.2");
         assert_eq!(group_key(&FairnessConfig::default(), e), "pid=7,remote=10.0.0.2");

@@ -176,7 +176,7 @@ impl LimitsDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::record::Options;
+    use crate::model::event::Options;
     use crate::model::{ConnId, Tuple};
 
     fn snap(acked: u64, busy: u64, rwnd: u64, sack: bool) -> Snap {

@@ -1,5 +1,5 @@
 //! Whose stop it is: the network, the receiver or the sending application, from what the sender holds.
-use crate::model::record::{Sample, Snap};
+use crate::model::event::{Sample, Snap};
 pub use crate::model::StopOwner;
 
 /// kernel `icsk_pending` value of the zero-window probe timer (ICSK_TIME_PROBE0).

@@ -1,10 +1,10 @@
-//! The one pipeline: kernel records and time in; the connection table and findings out. The daemon,
+//! The one pipeline: kernel events and time in; the connection table and findings out. The daemon,
 //! `watch`, `analyze` and the tests all drive this type, so the live and the offline paths cannot
 //! drift apart.
 use std::collections::HashSet;
 
 use super::{DetectConfig, Detectors};
-use crate::model::{Body, ConnId, ConnTable, Event, Finding, Owner};
+use crate::model::{Body, ConnId, ConnTable, Event, Finding, Process};
 
 /// Recorded time between two ticks when a recording is replayed (the daemon ticks whenever the
 /// ring buffer was drained, every 20-50 ms).
@@ -13,15 +13,15 @@ pub const TICK_NS: u64 = 50_000_000;
 /// What drives the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Input<'a> {
-    /// One kernel record.
-    Record(&'a Event),
-    /// Every record up to this CLOCK_MONOTONIC time was read: time passes for the detectors.
+    /// One kernel event.
+    Event(&'a Event),
+    /// Every kernel event up to this CLOCK_MONOTONIC time was read: time passes for the detectors.
     Time(u64),
 }
 
 /// The process that owns a socket older than the daemon (its connect or listen came before the
 /// programs were attached), looked up once for a connection new to the table.
-pub type ProcessLookup = Box<dyn FnMut(&ConnId) -> Option<Owner>>;
+pub type ProcessLookup = Box<dyn FnMut(&ConnId) -> Option<Process>>;
 
 pub struct Pipeline {
     table: ConnTable,
@@ -41,28 +41,28 @@ impl Pipeline {
         }
     }
 
-    /// Ask `lookup` for the process of each connection new to the table (a kernel record of its
-    /// process, if one follows, wins).
+    /// Ask `lookup` for the process of each connection new to the table (a kernel event naming
+    /// its process, if one follows, wins).
     pub fn with_process_lookup(mut self, lookup: ProcessLookup) -> Self {
         self.lookup = Some(lookup);
         self
     }
 
-    /// One input; `each` sees every record once the table holds it.
+    /// One input; `each` sees every kernel event once the table holds it.
     pub fn feed(&mut self, input: Input<'_>, each: impl FnMut(&Event)) {
         match input {
-            Input::Record(ev) => self.record(ev, each),
+            Input::Event(ev) => self.event(ev, each),
             Input::Time(t) => self.tick(t),
         }
     }
 
-    /// One kernel record: folded into the table, then shown to the detectors. `each` sees it (after
-    /// the process record the lookup made for a connection new to the table).
-    pub fn record(&mut self, ev: &Event, mut each: impl FnMut(&Event)) {
-        let new = self.table.get(ev.conn.cookie).is_none() && !matches!(ev.body, Body::Owner(_));
+    /// One kernel event: folded into the table, then shown to the detectors. `each` sees it (after
+    /// the process event the lookup made for a connection new to the table).
+    fn event(&mut self, ev: &Event, mut each: impl FnMut(&Event)) {
+        let new = self.table.get(ev.conn.cookie).is_none() && !matches!(ev.body, Body::Process(_));
         let made = match self.lookup.as_mut() {
             Some(lookup) if new => {
-                lookup(&ev.conn).map(|o| Event { ts_ns: ev.ts_ns, conn: ev.conn, body: Body::Owner(o) })
+                lookup(&ev.conn).map(|o| Event { ts_ns: ev.ts_ns, conn: ev.conn, body: Body::Process(o) })
             }
             _ => None,
         };
@@ -74,7 +74,7 @@ impl Pipeline {
     }
 
     /// Time passes: stops are found here, while nothing arrives.
-    pub fn tick(&mut self, now_ns: u64) {
+    fn tick(&mut self, now_ns: u64) {
         self.detectors.tick(now_ns, &self.table, &mut self.found);
     }
 
@@ -110,17 +110,17 @@ impl Pipeline {
     }
 }
 
-/// A recording's records in time order with the clock ticking every `TICK_NS` of record time,
-/// and a few ticks past the last record so that findings still in progress are reported as such.
+/// A recording's events in time order with the clock ticking every `TICK_NS` of recorded time,
+/// and a few ticks past the last event so that findings still in progress are reported as such.
 pub fn schedule(events: &[Event]) -> impl Iterator<Item = Input<'_>> {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.ts_ns);
     let mut next_tick = sorted.first().map_or(0, |e| e.ts_ns + TICK_NS);
-    let mut records = sorted.into_iter().peekable();
+    let mut events = sorted.into_iter().peekable();
     let mut ticks_after = 10u32;
     std::iter::from_fn(move || {
-        match records.peek() {
-            Some(ev) if next_tick > ev.ts_ns => return records.next().map(Input::Record),
+        match events.peek() {
+            Some(ev) if next_tick > ev.ts_ns => return events.next().map(Input::Event),
             Some(_) => {}
             None => ticks_after = ticks_after.checked_sub(1)?,
         }
@@ -131,7 +131,7 @@ pub fn schedule(events: &[Event]) -> impl Iterator<Item = Input<'_>> {
 
 /// Replay a recording offline (`tcpvigil analyze`): every finding as it was made.
 pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
-    // A recording made with the exact variant holds its lost-retransmission records.
+    // A recording made with the exact variant holds its lost-retransmission events.
     let exact = events.iter().any(|e| matches!(e.body, Body::LostRetrans(_)));
     let mut p = Pipeline::new(cfg, exact);
     for input in schedule(events) {

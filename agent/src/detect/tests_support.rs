@@ -1,5 +1,5 @@
 //! A healthy bulk sample, for the tests of every detector.
-use crate::model::record::{Sample, SampleSrc};
+use crate::model::event::{Sample, SampleSrc};
 
 /// A bulk sample with `acked` bytes acknowledged and otherwise healthy numbers.
 pub fn sample(acked: u64) -> Sample {

@@ -103,10 +103,10 @@ impl ConnMetrics {
         let t = e.id.tuple;
         let transfer =
             self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
-        let owner = e.owner.as_ref().or(e.snap.as_ref().map(|s| &s.owner));
+        let process = e.process.as_ref().or(e.snap.as_ref().map(|s| &s.process));
         ConnLabels {
             conn: format!("{}>{}", addr(t.local), addr(t.remote)),
-            comm: owner.map(|o| comm(&o.comm)).unwrap_or_default(),
+            comm: process.map(|p| comm(&p.comm)).unwrap_or_default(),
             transfer,
         }
     }

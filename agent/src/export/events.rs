@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::clock::rfc3339;
-use crate::model::{Finding, Owner};
+use crate::model::{Finding, Process};
 
 /// Where findings go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,15 +42,15 @@ pub struct EventsError {
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
 
 /// One finding as the JSON object written on its line.
-pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value {
+pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> Value {
     let conn = f.conn.map(|c| {
         json!({
             "cookie": c.cookie,
             "netns": c.netns,
             "local": c.tuple.local.to_string(),
             "remote": c.tuple.remote.to_string(),
-            "pid": owner.map(|o| o.pid),
-            "comm": owner.map(|o| o.comm.as_str()),
+            "pid": process.map(|p| p.pid),
+            "comm": process.map(|p| p.comm.as_str()),
         })
     });
     let mut v = json!({
@@ -150,8 +150,8 @@ impl EventsWriter {
         Ok(())
     }
 
-    /// Write one finding as a line and flush. `owner` gives pid and comm (from `ConnTable`).
-    pub fn write(&mut self, f: &Finding, owner: Option<&Owner>) {
+    /// Write one finding as a line and flush. `process` gives pid and comm (from `ConnTable`).
+    pub fn write(&mut self, f: &Finding, process: Option<&Process>) {
         if self.out.is_none() {
             if let Some(t) = &self.target {
                 self.out = open_target(t).ok();
@@ -161,7 +161,7 @@ impl EventsWriter {
             self.errors += 1;
             return;
         };
-        let mut line = finding_json(f, owner, self.offset_ns).to_string();
+        let mut line = finding_json(f, process, self.offset_ns).to_string();
         line.push('\n');
         match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => self.written += 1,
@@ -238,8 +238,8 @@ mod tests {
         let buf = Shared::default();
         // Monotonic 0 is 2026-01-01T00:00:00Z.
         let mut w = EventsWriter::with_writer(Box::new(buf.clone()), 1_767_225_600_000_000_000);
-        let owner = Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
-        w.write(&stop(false), Some(&owner));
+        let process = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+        w.write(&stop(false), Some(&process));
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1);
         let v: Value = serde_json::from_str(text.trim_end()).unwrap();

@@ -1,4 +1,4 @@
-//! The daemon's outputs behind the pipeline: records go to the metrics and the flight recorder;
+//! The daemon's outputs behind the pipeline: kernel events go to the metrics and the flight recorder;
 //! findings to the log, the metrics, the JSON events and the recorder; time to the recorder's
 //! dumps. `step` is the daemon's whole handling of one kernel input.
 use super::health::RecorderHealth;
@@ -57,7 +57,7 @@ impl Outputs {
     }
 
     fn finding(&mut self, f: &Finding, table: &ConnTable) {
-        let process = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.owner.clone());
+        let process = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.process.clone());
         tracing::info!(kind = ?f.kind(), cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
         self.metrics.on_finding(f);
         if let Some(e) = self.events.as_mut() {

@@ -12,7 +12,7 @@ use std::io::{BufWriter, Write};
 use std::mem::size_of;
 use std::path::{Path, PathBuf};
 
-use crate::model::record::StateChange;
+use crate::model::event::StateChange;
 use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto};
 use crate::recording::{self, Header};
 use crate::{clock, plot};
@@ -40,7 +40,7 @@ pub const FOLLOW_S: f64 = 60.0;
 /// A connection with this many bytes acknowledged in a snapshot is bulk even without samples.
 pub const BULK_BYTES: u64 = 1 << 20;
 
-/// One stored event other than a sample: loss events inline, snapshots and owners boxed so that
+/// One stored event other than a sample: loss events inline, snapshots and processes boxed so that
 /// they do not make every slot as large as a snapshot. Samples go to the compact `SampleLog`.
 #[derive(Debug, Clone)]
 enum Item {
@@ -90,8 +90,8 @@ fn stored_bytes(s: &Stored) -> usize {
             Item::Other(b) => {
                 size_of::<Body>()
                     + match b.as_ref() {
-                        Body::Snapshot(s) | Body::Close(s) => s.cc.capacity() + s.owner.comm.capacity(),
-                        Body::Owner(o) => o.comm.capacity(),
+                        Body::Snapshot(s) | Body::Close(s) => s.cc.capacity() + s.process.comm.capacity(),
+                        Body::Process(o) => o.comm.capacity(),
                         _ => 0,
                     }
             }
@@ -107,7 +107,7 @@ struct History {
     bytes: usize,
     last_ns: u64,
     closed: bool,
-    /// The latest snapshot, kept aside so a dump always has options, cc and owner.
+    /// The latest snapshot, kept aside so a dump always has options, cc and process.
     snap: Option<Box<Body>>,
 }
 
@@ -406,7 +406,7 @@ impl Recorder {
             starts_ns = starts_ns.min(start);
             let has_snap = events[first..].iter().any(|e| matches!(e.body, Body::Snapshot(_) | Body::Close(_)));
             if let (false, Some(snap)) = (has_snap, &h.snap) {
-                // Options, cc and owner for the picture's title, stamped at the window's start.
+                // Options, cc and process for the picture's title, stamped at the window's start.
                 events.push(Event { ts_ns: start, conn: h.id, body: snap.as_ref().clone() });
             }
         }

@@ -10,7 +10,7 @@ use super::health::{Health, KernelCounters, ProgStats};
 use super::metrics::Metrics;
 use super::series::{fixed_series, min_series_cap};
 use crate::model::{
-    Body, Cause, ConnId, ConnTable, Event, Finding, LimitReason, Owner, PathScope, PathTag, Retrans, Rto, Snap,
+    Body, Cause, ConnId, ConnTable, Event, Finding, LimitReason, PathScope, PathTag, Process, Retrans, Rto, Snap,
     StopCause, Tuple,
 };
 
@@ -127,7 +127,7 @@ pub(crate) fn snap(bytes: u64) -> Snap {
         rate_delivered: 100,
         rate_interval_us: 10_000,
         bytes_acked: bytes,
-        owner: Owner { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
+        process: Process { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
         ..Snap::default()
     }
 }

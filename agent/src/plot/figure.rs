@@ -3,7 +3,7 @@
 use super::series::ConnSeries;
 use super::svg::{Panel, Svg};
 use crate::detect::phase::{self, StreamRounds};
-use crate::model::record::ca_state_name;
+use crate::model::event::ca_state_name;
 use crate::model::units::{human_bps, jain};
 
 pub const WIDTH: u32 = 1200;

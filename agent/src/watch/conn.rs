@@ -2,8 +2,8 @@
 //! holds it back. Pure: folded from events by `WatchState`.
 
 use super::ring::Ring;
-use crate::model::record::{ca_state_name, CA_LOSS, CA_RECOVERY};
-use crate::model::{ConnId, Owner, Sample, Snap};
+use crate::model::event::{ca_state_name, CA_LOSS, CA_RECOVERY};
+use crate::model::{ConnId, Process, Sample, Snap};
 
 /// Chart points are kept at this resolution (the last value in each slot wins).
 pub const POINT_RES_NS: u64 = 10_000_000;
@@ -98,7 +98,7 @@ pub struct Chrono {
 #[derive(Debug, Clone)]
 pub struct ConnView {
     pub id: ConnId,
-    pub owner: Option<Owner>,
+    pub process: Option<Process>,
     pub snap: Option<Snap>,
     pub live: Live,
     pub has_live: bool,
@@ -145,7 +145,7 @@ impl ConnView {
     pub(super) fn new(id: ConnId, ts: u64) -> Self {
         ConnView {
             id,
-            owner: None,
+            process: None,
             snap: None,
             live: Live::default(),
             has_live: false,
@@ -378,8 +378,8 @@ impl ConnView {
     }
 
     pub(super) fn on_snapshot(&mut self, ts: u64, s: &Snap) {
-        if self.owner.is_none() && s.owner.pid != 0 {
-            self.owner = Some(s.owner.clone());
+        if self.process.is_none() && s.process.pid != 0 {
+            self.process = Some(s.process.clone());
         }
         if let Some(prev) = &self.chrono {
             let busy = s.busy_us.saturating_sub(prev.busy_us);

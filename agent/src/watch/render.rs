@@ -7,7 +7,7 @@ use ratatui::widgets::{Axis, Block, Chart, Clear, Dataset, GraphType, Paragraph,
 use ratatui::Frame;
 
 use super::state::{tcp_state_name, ConnView, LogKind, Reason, WatchState};
-use crate::model::record::ca_state_name;
+use crate::model::event::ca_state_name;
 use crate::model::units::{human_bps, human_bytes};
 use crate::model::Filter;
 
@@ -149,7 +149,7 @@ fn draw_header(f: &mut Frame, area: Rect, c: &ConnView) {
         ),
         Span::raw(format!("  cookie {}", c.id.cookie)),
     ];
-    if let Some(o) = &c.owner {
+    if let Some(o) = &c.process {
         s.push(Span::raw(format!("  {} (pid {})", o.comm, o.pid)));
     }
     if let Some(n) = &c.snap {
@@ -524,7 +524,7 @@ fn draw_seq(f: &mut Frame, area: Rect, st: &WatchState, c: &ConnView, scratch: &
 }
 
 fn draw_group_header(f: &mut Frame, area: Rect, st: &WatchState) {
-    let comm = st.conns.iter().find_map(|c| c.owner.as_ref()).map(|o| format!("  {} (pid {})", o.comm, o.pid));
+    let comm = st.conns.iter().find_map(|c| c.process.as_ref()).map(|o| format!("  {} (pid {})", o.comm, o.pid));
     let cc = st.conns.iter().find_map(|c| c.snap.as_ref()).map(|s| format!("  {}", s.cc));
     let text = format!(
         "{} connections matching {}{}{}",

@@ -5,7 +5,7 @@
 //! allocate in the steady state (log lines and snapshots, which are rare, do).
 use serde::Serialize;
 
-use crate::model::record::{ca_state_name, CA_LOSS};
+use crate::model::event::{ca_state_name, CA_LOSS};
 use crate::model::{Body, Cause, ConnId, Event, Filter, Finding, FindingKind};
 
 pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView, MAX_WINDOW_S, MIN_BIN_NS, POINT_RES_NS};
@@ -280,7 +280,7 @@ impl WatchState {
                 let text = format!("closed after {secs:.1} s, {} delivered", human_bytes(c.total_bytes));
                 self.log(ts, cookie, LogKind::Close, text);
             }
-            Body::Owner(o) => c.owner = Some(o.clone()),
+            Body::Process(p) => c.process = Some(p.clone()),
         }
         if !self.pinned {
             self.selected = busiest(&self.conns, self.selected);
@@ -471,7 +471,7 @@ impl ConnSummary {
         ConnSummary {
             cookie: c.id.cookie,
             tuple: c.id.tuple.to_string(),
-            comm: c.owner.as_ref().map(|o| o.comm.clone()),
+            comm: c.process.as_ref().map(|p| p.comm.clone()),
             watched_s: (c.closed_ns.unwrap_or(c.last_ns) - c.first_ns) as f64 / 1e9,
             bytes_acked: c.total_bytes,
             mean_goodput_bps: g,

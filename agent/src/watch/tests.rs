@@ -476,7 +476,7 @@ fn a_stop_whose_cause_sharpens_is_shown_and_logged_with_its_new_cause_and_owner(
 /// iperf3's shape: its control connection opens first and carries a few hundred bytes, then
 /// the data connection carries the transfer. Both match `:5201`.
 fn control_then_data() -> Vec<WatchInput> {
-    use crate::model::record::StateChange;
+    use crate::model::event::StateChange;
     let data = outage_inputs();
     let ctl = synth::conn(777, "10.77.0.1:39999", "10.77.1.2:5201");
     let mut samples = data.iter().filter_map(|i| match i {

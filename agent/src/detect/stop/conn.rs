@@ -40,7 +40,7 @@ pub(super) struct Conn {
     pub last_stop: Option<(u64, u64, StopOwner)>,
     /// When a fresh look was asked for because the last one could not decide the owner.
     pub asked: Option<u64>,
-    /// Owner and cause of the stop in progress as last reported.
+    /// Process and cause of the stop in progress as last reported.
     pub verdict: Option<(StopOwner, StopCause)>,
     /// The stop in progress was reported as the receiver's at some point.
     pub was_receivers: bool,
@@ -157,7 +157,7 @@ impl Conn {
                     }
                 }
             }
-            Body::Owner(_) => {}
+            Body::Process(_) => {}
         }
     }
 

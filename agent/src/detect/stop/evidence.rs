@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use crate::detect::owner::{Hold, StopOwner};
-use crate::model::record::{ca_state_name, CA_LOSS};
+use crate::model::event::{ca_state_name, CA_LOSS};
 use crate::model::{Retrans, Rto};
 
 /// What happened since delivery was last healthy.

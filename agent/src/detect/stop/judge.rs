@@ -4,7 +4,7 @@ use super::config::StopConfig;
 use super::conn::Conn;
 use super::evidence::Evidence;
 use crate::detect::owner::StopOwner;
-use crate::model::record::{CA_LOSS, CA_RECOVERY};
+use crate::model::event::{CA_LOSS, CA_RECOVERY};
 use crate::model::{Finding, PathTag, StopCause};
 
 /// How long past the threshold a stop seen only as silence waits for the fresh look it asked for.
@@ -171,7 +171,7 @@ impl Conn {
             && e.min_cwnd.is_some_and(|m| u64::from(self.hold.cwnd) * 2 >= u64::from(m) * 3 && self.hold.cwnd > m)
     }
 
-    /// Owner and cause from what the sender holds and what happened since delivery was healthy.
+    /// Process and cause from what the sender holds and what happened since delivery was healthy.
     /// Timeouts and retransmissions prove data was outstanding, whatever an older look said; an
     /// exact look after the last of them that shows nothing left to send proves it was delivered.
     pub fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, StopCause) {

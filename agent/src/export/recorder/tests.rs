@@ -69,9 +69,9 @@ fn memory_per_stored_sample_is_measured_and_the_cap_holds() {
 fn only_bulk_connections_get_a_history_and_max_conns_evicts_the_idlest() {
     let mut r = Recorder::new(RecorderConfig { max_conns: 2, ..cfg(Path::new("/x")) }).unwrap();
     let (rec, _) = synth::parallel();
-    let owner_only = rec.events.iter().find(|e| matches!(e.body, Body::Owner(_))).unwrap();
+    let owner_only = rec.events.iter().find(|e| matches!(e.body, Body::Process(_))).unwrap();
     r.on_event(owner_only);
-    assert_eq!(r.stats().conns, 0, "an Owner event alone does not make a connection bulk");
+    assert_eq!(r.stats().conns, 0, "an Process event alone does not make a connection bulk");
     for e in &rec.events {
         r.on_event(e);
     }

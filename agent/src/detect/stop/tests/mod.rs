@@ -8,7 +8,7 @@ mod owners;
 use super::{StopConfig, StopDetector};
 use crate::detect::owner::StopOwner;
 use crate::detect::tests_support;
-use crate::model::record::{Rto, CA_RECOVERY};
+use crate::model::event::{Rto, CA_RECOVERY};
 use crate::model::{Body, ConnId, Event, Finding, Retrans, Snap, StopCause, Tuple};
 
 const MS: u64 = 1_000_000;
@@ -110,7 +110,7 @@ impl Run {
     }
 }
 
-/// Owner and cause of a stop's report.
+/// Process and cause of a stop's report.
 fn verdict(f: &Finding) -> (StopOwner, StopCause) {
     (f.owner.expect("a stop has an owner"), f.cause.stop().expect("a stop cause"))
 }
