@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::phase::{self, StreamRounds};
+use super::DetectConfigError;
 use crate::model::units::jain;
 use crate::model::{Body, Cause, ConnEntry, ConnId, ConnTable, Event, Finding, PathTag};
 
@@ -72,17 +73,17 @@ impl Default for FairnessConfig {
 }
 
 impl FairnessConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if !(0.1..=600.0).contains(&self.window_s)
             || !(0.0..=1.0).contains(&self.jain_below)
             || !(0.0..=1.0).contains(&self.ratio_below)
             || !(0.0..=10_000.0).contains(&self.phase_min_rtt_ms)
         {
-            return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1, phase_min_rtt_ms from 0 to 10000".into());
+            return Err(DetectConfigError::FairnessRange);
         }
         for r in &self.rules {
             if let Some(c) = &r.remote_cidr {
-                parse_cidr(c).ok_or_else(|| format!("detect.fairness.rules: bad remote_cidr {c:?}"))?;
+                parse_cidr(c).ok_or_else(|| DetectConfigError::RemoteCidr(c.clone()))?;
             }
         }
         Ok(())

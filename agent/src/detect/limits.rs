@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::DetectConfigError;
 use crate::model::{Body, Event, Finding, LimitReason, PathTag, Snap};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,9 +29,9 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if !(0.0..=1.0).contains(&self.limited_fraction) || self.bdp_factor <= 0.0 || self.min_busy_s < 0.0 {
-            return Err("detect.limits: limited_fraction from 0 to 1, bdp_factor > 0, min_busy_s >= 0".into());
+            return Err(DetectConfigError::LimitsRange);
         }
         Ok(())
     }

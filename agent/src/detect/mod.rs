@@ -36,8 +36,25 @@ impl Default for DetectConfig {
     }
 }
 
+/// What is wrong with a `[detect]` section, with the keys and their ranges.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetectConfigError {
+    #[error("detect.stop: rtt_factor from 0 to 100, rate_fraction from 0 to 1")]
+    StopRange,
+    #[error("detect.stop: floor_ms and silent_rtos must be positive")]
+    StopZero,
+    #[error("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1, phase_min_rtt_ms from 0 to 10000")]
+    FairnessRange,
+    #[error("detect.fairness.rules: bad remote_cidr {0:?}")]
+    RemoteCidr(String),
+    #[error("detect.limits: limited_fraction from 0 to 1, bdp_factor > 0, min_busy_s >= 0")]
+    LimitsRange,
+    #[error("detect.path: v4_prefix 0-32, v6_prefix 0-128, min_conns at least 2, window_rtts 0-100")]
+    PathRange,
+}
+
 impl DetectConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         self.stop.validate()?;
         self.fairness.validate()?;
         self.path.validate()?;

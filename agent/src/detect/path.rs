@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::DetectConfigError;
 use crate::model::{Cause, ConnId, ConnTable, Finding, FindingKind, PathScope, PathTag, StopOwner};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,13 +39,13 @@ impl Default for PathConfig {
 }
 
 impl PathConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if self.v4_prefix > 32
             || self.v6_prefix > 128
             || self.min_conns < 2
             || !(0.0..=100.0).contains(&self.window_rtts)
         {
-            return Err("detect.path: v4_prefix 0-32, v6_prefix 0-128, min_conns at least 2, window_rtts 0-100".into());
+            return Err(DetectConfigError::PathRange);
         }
         Ok(())
     }

@@ -22,16 +22,16 @@ mod config;
 pub mod sink;
 use codec::SampleLog;
 pub use codec::CHUNK_BYTES;
-pub use config::RecorderConfig;
+pub use config::{RecorderConfig, RecorderConfigError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] RecorderConfigError),
     #[error("recorder: writing the dump in {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("recorder: drawing the dump's pictures: {0:#}")]
-    Plot(anyhow::Error),
+    #[error("recorder: drawing the dump's pictures: {0}")]
+    Plot(#[from] plot::PlotError),
 }
 
 /// How long a dump waits for an ongoing finding to end before it is written anyway, seconds.

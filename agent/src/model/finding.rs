@@ -114,11 +114,19 @@ impl From<Finding> for Wire {
     }
 }
 
+/// A finding whose cause is not one of its kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cause {cause} is not one of kind {kind}")]
+pub struct KindMismatch {
+    pub kind: FindingKind,
+    pub cause: Cause,
+}
+
 impl TryFrom<Wire> for Finding {
-    type Error = String;
-    fn try_from(w: Wire) -> Result<Finding, String> {
+    type Error = KindMismatch;
+    fn try_from(w: Wire) -> Result<Finding, KindMismatch> {
         if w.kind != w.cause.kind() {
-            return Err(format!("cause {} is not one of kind {}", w.cause, w.kind));
+            return Err(KindMismatch { kind: w.kind, cause: w.cause });
         }
         let mut evidence = w.evidence;
         let mut take = |k: &str| match evidence.as_object_mut().and_then(|o| o.remove(k)) {

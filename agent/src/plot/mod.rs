@@ -15,8 +15,6 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
-
 use crate::model::{Event, Filter, Finding, FindingKind};
 use crate::recording::{self, FindingsError, Recording};
 use series::ConnSeries;
@@ -40,11 +38,29 @@ pub struct PlotArgs {
     pub findings: Option<PathBuf>,
 }
 
+/// Why pictures could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("cannot open {}: {err}", path.display())]
+    Open { path: PathBuf, err: std::io::Error },
+    #[error("{}: {err}", path.display())]
+    Recording { path: PathBuf, err: recording::RecordingError },
+    #[error(transparent)]
+    Findings(#[from] FindingsError),
+    #[error("creating {}: {err}", path.display())]
+    Create { path: PathBuf, err: std::io::Error },
+    #[error("writing {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("rasterising {stem}: {err}")]
+    Raster { stem: String, err: svg::RasterError },
+}
+
 /// `tcpvigil plot`: read the recording (and findings) and write the pictures.
-pub fn run(args: &PlotArgs) -> anyhow::Result<Vec<PathBuf>> {
-    let file = File::open(&args.recording).with_context(|| format!("cannot open {}", args.recording.display()))?;
-    let rec = recording::read(BufReader::new(file)).with_context(|| args.recording.display().to_string())?;
-    let findings = findings_for(&args.recording, args.findings.as_deref(), &rec)?;
+pub fn run(args: &PlotArgs) -> Result<Vec<PathBuf>, PlotError> {
+    let path = &args.recording;
+    let file = File::open(path).map_err(|err| PlotError::Open { path: path.clone(), err })?;
+    let rec = recording::read(BufReader::new(file)).map_err(|err| PlotError::Recording { path: path.clone(), err })?;
+    let findings = findings_for(path, args.findings.as_deref(), &rec)?;
     plot_recording(&rec, args.conn.as_ref(), &findings, &args.out)
 }
 
@@ -59,12 +75,14 @@ pub fn findings_for(path: &Path, given: Option<&Path>, rec: &Recording) -> Resul
     }
 }
 
-fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let svg_path = out_dir.join(format!("{stem}.svg"));
-    std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
-    let png = svg::png(svg).with_context(|| format!("rasterising {stem}"))?;
-    let png_path = out_dir.join(format!("{stem}.png"));
-    std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
+fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> Result<(), PlotError> {
+    let write = |path: PathBuf, bytes: &[u8]| match std::fs::write(&path, bytes) {
+        Ok(()) => Ok(path),
+        Err(err) => Err(PlotError::Write { path, err }),
+    };
+    let svg_path = write(out_dir.join(format!("{stem}.svg")), svg.as_bytes())?;
+    let png = svg::png(svg).map_err(|err| PlotError::Raster { stem: stem.to_string(), err })?;
+    let png_path = write(out_dir.join(format!("{stem}.png")), &png)?;
     written.push(svg_path);
     written.push(png_path);
     Ok(())
@@ -77,8 +95,8 @@ pub fn plot_recording(
     filter: Option<&Filter>,
     findings: &[Finding],
     out_dir: &Path,
-) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+) -> Result<Vec<PathBuf>, PlotError> {
+    std::fs::create_dir_all(out_dir).map_err(|err| PlotError::Create { path: out_dir.into(), err })?;
     let t0 = rec.events.iter().map(|e| e.ts_ns).min().unwrap_or(0);
     let mut by_conn: BTreeMap<u64, Vec<&Event>> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();

@@ -8,12 +8,12 @@ use crate::model::Finding;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FindingsError {
-    #[error("cannot open the findings {}: {source}", path.display())]
-    Open { path: PathBuf, source: std::io::Error },
-    #[error("reading {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{} line {line}: not a tcpvigil finding: {source}", path.display())]
-    Line { path: PathBuf, line: usize, source: serde_json::Error },
+    #[error("cannot open the findings {}: {err}", path.display())]
+    Open { path: PathBuf, err: std::io::Error },
+    #[error("reading {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{} line {line}: not a tcpvigil finding: {err}", path.display())]
+    Line { path: PathBuf, line: usize, err: serde_json::Error },
 }
 
 /// Where the findings that go with a recording are kept: `X.jsonl` -> `X.findings.jsonl`.
@@ -23,18 +23,15 @@ pub fn findings_path_for(recording: &Path) -> PathBuf {
 
 /// Read findings, one JSON object per line; a bad line is an error naming it.
 pub fn read_findings(path: &Path) -> Result<Vec<Finding>, FindingsError> {
-    let f = File::open(path).map_err(|source| FindingsError::Open { path: path.into(), source })?;
+    let f = File::open(path).map_err(|err| FindingsError::Open { path: path.into(), err })?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|source| FindingsError::Read { path: path.into(), source })?;
+        let line = line.map_err(|err| FindingsError::Read { path: path.into(), err })?;
         if line.trim().is_empty() {
             continue;
         }
-        let finding = serde_json::from_str(&line).map_err(|source| FindingsError::Line {
-            path: path.into(),
-            line: i + 1,
-            source,
-        })?;
+        let finding =
+            serde_json::from_str(&line).map_err(|err| FindingsError::Line { path: path.into(), line: i + 1, err })?;
         out.push(finding);
     }
     Ok(out)

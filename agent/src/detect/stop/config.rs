@@ -2,6 +2,8 @@
 //! fresh look at its sender.
 use serde::{Deserialize, Serialize};
 
+use crate::detect::DetectConfigError;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StopConfig {
@@ -38,12 +40,12 @@ impl Default for StopConfig {
 }
 
 impl StopConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if !(0.0..=100.0).contains(&self.rtt_factor) || !(0.0..1.0).contains(&self.rate_fraction) {
-            return Err("detect.stop: rtt_factor from 0 to 100, rate_fraction from 0 to 1".into());
+            return Err(DetectConfigError::StopRange);
         }
         if self.floor_ms == 0 || self.silent_rtos == 0 {
-            return Err("detect.stop: floor_ms and silent_rtos must be positive".into());
+            return Err(DetectConfigError::StopZero);
         }
         Ok(())
     }
