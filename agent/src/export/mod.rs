@@ -18,6 +18,8 @@ pub mod webconfig;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_contract;
+#[cfg(test)]
 mod tests_http;
 
 pub use config::ExportConfig;

@@ -6,6 +6,7 @@
 pub mod conn;
 pub mod input;
 pub mod lines;
+pub mod reasons;
 pub mod render;
 pub mod replay;
 pub mod ring;
@@ -364,3 +365,5 @@ async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> an
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_select;

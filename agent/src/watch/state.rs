@@ -8,7 +8,8 @@ use serde::Serialize;
 use crate::model::event::{ca_state_name, CA_LOSS};
 use crate::model::{Body, Cause, ConnId, Event, Filter, Finding, FindingKind};
 
-pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView, MAX_WINDOW_S, MIN_BIN_NS, POINT_RES_NS};
+pub use super::conn::{Bin, Chrono, ConnView, Live, Point, StopView, MAX_WINDOW_S, MIN_BIN_NS, POINT_RES_NS};
+pub use super::reasons::Reason;
 use super::ring::Ring;
 use crate::model::units::{human_bytes, jain};
 
