@@ -4,6 +4,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf::load::Settings;
+use crate::textfile::{read_capped, MAX_CONFIG_BYTES};
 
 /// `[bpf]`: what the kernel side collects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,19 +38,32 @@ impl Default for BpfConfig {
     }
 }
 
+/// What is wrong with a `[bpf]` section, with the key and its range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BpfConfigError {
+    #[error("bpf.ringbuf_mib = {0}: a power of two from 1 to 1024")]
+    RingbufMib(u32),
+    #[error("bpf.snapshot_interval_ms = {0}: from 50 to 60000")]
+    SnapshotInterval(u64),
+    #[error("bpf.bulk_interval_ms = {0}: at most 60000 (0 turns it off)")]
+    BulkInterval(u64),
+    #[error("bpf.channel = {0}: from 1024 to 16777216")]
+    Channel(usize),
+}
+
 impl BpfConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BpfConfigError> {
         if !(1..=1024).contains(&self.ringbuf_mib) || !self.ringbuf_mib.is_power_of_two() {
-            return Err(format!("bpf.ringbuf_mib = {}: a power of two from 1 to 1024", self.ringbuf_mib));
+            return Err(BpfConfigError::RingbufMib(self.ringbuf_mib));
         }
         if !(50..=60_000).contains(&self.snapshot_interval_ms) {
-            return Err(format!("bpf.snapshot_interval_ms = {}: from 50 to 60000", self.snapshot_interval_ms));
+            return Err(BpfConfigError::SnapshotInterval(self.snapshot_interval_ms));
         }
         if self.bulk_interval_ms > 60_000 {
-            return Err(format!("bpf.bulk_interval_ms = {}: at most 60000 (0 turns it off)", self.bulk_interval_ms));
+            return Err(BpfConfigError::BulkInterval(self.bulk_interval_ms));
         }
         if !(1024..=1 << 24).contains(&self.channel) {
-            return Err(format!("bpf.channel = {}: from 1024 to 16777216", self.channel));
+            return Err(BpfConfigError::Channel(self.channel));
         }
         Ok(())
     }
@@ -76,37 +90,32 @@ pub struct Config {
     pub recorder: crate::export::recorder::RecorderConfig,
 }
 
+/// A section's value that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidSection {
+    #[error(transparent)]
+    Bpf(#[from] BpfConfigError),
+    #[error(transparent)]
+    Detect(#[from] crate::detect::DetectConfigError),
+    #[error(transparent)]
+    Recorder(#[from] crate::export::recorder::RecorderConfigError),
+    #[error(transparent)]
+    Export(#[from] crate::export::config::ExportConfigError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {err}")]
     Read { path: String, err: std::io::Error },
     #[error("{path}: {err}")]
-    Parse { path: String, err: String },
+    Parse { path: String, err: toml::de::Error },
     #[error("{path}: {err}")]
-    Invalid { path: String, err: String },
-}
-
-/// Config files (daemon, web) are small; anything larger is not one (/dev/zero would never end).
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// Read a whole text file of at most `limit` bytes: larger, or not UTF-8, is an error saying so.
-pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {} KiB: not a config file", limit >> 10),
-        ));
-    }
-    String::from_utf8(buf).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+    Invalid { path: String, err: InvalidSection },
 }
 
 impl Config {
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let c: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), err: e.to_string() })?;
+        let c: Config = toml::from_str(text).map_err(|err| ConfigError::Parse { path: path.into(), err })?;
         c.validate().map_err(|err| ConfigError::Invalid { path: path.into(), err })?;
         Ok(c)
     }
@@ -122,11 +131,11 @@ impl Config {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSection> {
         self.bpf.validate()?;
         self.detect.validate()?;
-        self.recorder.validate().map_err(|e| e.to_string())?;
-        self.export.validate().map_err(|e| e.to_string())
+        self.recorder.validate()?;
+        Ok(self.export.validate()?)
     }
 }
 

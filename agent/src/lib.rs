@@ -2,6 +2,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bpf;
+pub mod clock;
 pub mod config;
 pub mod detect;
 pub mod export;
@@ -9,4 +10,5 @@ pub mod logging;
 pub mod model;
 pub mod plot;
 pub mod recording;
+pub mod textfile;
 pub mod watch;

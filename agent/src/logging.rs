@@ -130,9 +130,8 @@ where
         let mut f = Fields::default();
         event.record(&mut f);
         let meta = event.metadata();
-        let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let mut m = Map::new();
-        m.insert("ts".into(), Value::String(humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + ts).to_string()));
+        m.insert("ts".into(), Value::String(crate::clock::rfc3339_now_millis()));
         m.insert("level".into(), Value::String(meta.level().as_str().to_ascii_lowercase()));
         m.insert("target".into(), Value::String(meta.target().into()));
         if let Some(msg) = f.0.remove("message") {

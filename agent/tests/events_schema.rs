@@ -10,7 +10,9 @@ use std::process::Command;
 use serde_json::{json, Value};
 use support::schema::{validate_values, validator_available};
 use tcpvigil::export::events::finding_json;
-use tcpvigil::model::{ConnId, Finding, FindingKind, Owner, StopOwner, Tuple};
+use tcpvigil::model::{
+    Cause, ConnId, Finding, FindingKind, LimitReason, PathScope, Process, StopCause, StopOwner, Tuple,
+};
 
 fn fixtures() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
@@ -65,23 +67,23 @@ fn conn(cookie: u64) -> ConnId {
     }
 }
 
-fn finding(kind: FindingKind, cause: &str, owner: Option<StopOwner>, evidence: Value) -> Finding {
-    let (c, group) = match kind {
+fn finding(cause: Cause, owner: Option<StopOwner>, evidence: Value) -> Finding {
+    let (c, group) = match cause.kind() {
         FindingKind::Path => (None, Some("10.0.1.0/24".to_string())),
         FindingKind::Unfair => (Some(conn(8)), Some("10.0.0.1->10.0.1.2:2811".to_string())),
         _ => (Some(conn(7)), None),
     };
     Finding {
         ts_ns: 9_000_000_000,
-        kind,
         conn: c,
         group,
         start_ns: 8_000_000_000,
         duration_s: Some(1.0),
         ongoing: false,
-        cause: cause.into(),
+        cause,
         owner,
         evidence,
+        path: Default::default(),
     }
 }
 
@@ -90,14 +92,14 @@ fn writer_lines() -> Vec<Value> {
     let stop_ev = json!({"owner": "network", "rtos": 3, "srtt_ms": 40.0});
     let path_ev = json!({"prefix": "10.0.1.0/24", "stopped": 3, "not_stopped": 1, "starts_spread_s": 0.1,
         "conns": [{"cookie": 1, "local": "10.0.0.1:1", "remote": "10.0.1.2:2", "cause": "rto"}]});
-    let owner = Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+    let owner = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
     let fs = [
-        finding(FindingKind::Stop, "path_silent", Some(StopOwner::Network), stop_ev.clone()),
-        finding(FindingKind::Stop, "zero_window", Some(StopOwner::Receiver), stop_ev.clone()),
-        finding(FindingKind::Stop, "undetermined", Some(StopOwner::Undetermined), stop_ev),
-        finding(FindingKind::Unfair, "unfair_streams", None, json!({"jain_index": 0.7})),
-        finding(FindingKind::Limit, "rwnd_limited", None, json!({"advice": "raise tcp_rmem"})),
-        finding(FindingKind::Path, "path_stop_partial", Some(StopOwner::Network), path_ev),
+        finding(StopCause::PathSilent.into(), Some(StopOwner::Network), stop_ev.clone()),
+        finding(StopCause::ZeroWindow.into(), Some(StopOwner::Receiver), stop_ev.clone()),
+        finding(StopCause::Undetermined.into(), Some(StopOwner::Undetermined), stop_ev),
+        finding(Cause::UnfairStreams, None, json!({"jain_index": 0.7})),
+        finding(LimitReason::RwndLimited.into(), None, json!({"advice": "raise tcp_rmem"})),
+        finding(PathScope::Partial.into(), Some(StopOwner::Network), path_ev),
     ];
     fs.iter().map(|f| finding_json(f, Some(&owner), 0)).collect()
 }

@@ -30,7 +30,7 @@ impl Dump {
     fn read(dir: &Path) -> Dump {
         let f = std::fs::File::open(dir.join("recording.jsonl")).expect("a recording in the dump");
         let rec = tcpvigil::recording::read(std::io::BufReader::new(f)).expect("the dump's recording reads back");
-        let findings = tcpvigil::plot::read_findings(&dir.join("recording.findings.jsonl")).expect("findings");
+        let findings = tcpvigil::recording::read_findings(&dir.join("recording.findings.jsonl")).expect("findings");
         assert_eq!(findings.len(), 1, "{}", dir.display());
         Dump { dir: dir.to_path_buf(), rec, finding: findings[0].clone() }
     }
@@ -126,8 +126,8 @@ fn pair_findings_and_dumps<'a>(findings: &[Value], dumps: &'a [Dump], truth: &Tr
     let mut pairs = Vec::new();
     for f in findings {
         let same = |d: &&&Dump| {
-            let kind = if d.finding.kind == FindingKind::Stop { "stop" } else { "unfair" };
-            let who = match d.finding.kind {
+            let kind = if d.finding.kind() == FindingKind::Stop { "stop" } else { "unfair" };
+            let who = match d.finding.kind() {
                 FindingKind::Unfair => f["group"].as_str() == d.finding.group.as_deref(),
                 _ => f["conn"]["cookie"].as_u64() == d.finding.conn.map(|c| c.cookie),
             };
@@ -421,7 +421,7 @@ fn an_outage_of_one_prefix_is_one_path_event_with_one_dump_and_the_other_prefix_
         assert!(!f["evidence"]["path_event"].is_null(), "a member stop not marked with the event: {f}");
     }
     // One dump: the path event's, with every member's events.
-    let kinds: Vec<FindingKind> = dumps.iter().map(|d| d.finding.kind).collect();
+    let kinds: Vec<FindingKind> = dumps.iter().map(|d| d.finding.kind()).collect();
     assert_eq!(kinds, vec![FindingKind::Path], "dumps: {:?}", dumps.iter().map(|d| &d.dir).collect::<Vec<_>>());
     let cookies: BTreeSet<u64> = dumps[0].rec.events.iter().map(|e| e.conn.cookie).collect();
     for c in last["evidence"]["conns"].as_array().unwrap() {

@@ -51,7 +51,7 @@ fn owner_is_tagged_once_per_connection_at_connect_and_accept_with_no_per_send_pr
         }
         match &e.body {
             Body::State(s) if s.new == 1 => established.push(e.conn.cookie),
-            Body::Owner(o) => owners.entry(e.conn.cookie).or_default().push(o.comm.clone()),
+            Body::Process(o) => owners.entry(e.conn.cookie).or_default().push(o.comm.clone()),
             _ => {}
         }
     }

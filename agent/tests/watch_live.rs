@@ -613,12 +613,12 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
     // Snapshots and the owner tag are each process's own (see above).
     let comparable = |v: &[Event]| -> Vec<Event> {
         let mut v: Vec<Event> =
-            v.iter().filter(|e| !matches!(e.body, Body::Snapshot(_) | Body::Owner(_))).cloned().collect();
+            v.iter().filter(|e| !matches!(e.body, Body::Snapshot(_) | Body::Process(_))).cloned().collect();
         v.sort_by_key(|e| e.ts_ns);
         v
     };
     let (w, r) = (comparable(&watched), comparable(&recorded));
-    let probe = |e: &Event| matches!(&e.body, Body::Sample(s) if s.src == tcpvigil::model::record::SampleSrc::Probe);
+    let probe = |e: &Event| matches!(&e.body, Body::Sample(s) if s.src == tcpvigil::model::event::SampleSrc::Probe);
     for (label, a, b) in [("watch", &w, &r), ("record", &r, &w)] {
         let (pairs, lone) = pair_up(a, b, win);
         let samples = pairs.iter().filter(|(x, _)| probe(x)).count() + lone.iter().filter(|x| probe(x)).count();
@@ -651,13 +651,13 @@ fn watch_json_matches_a_concurrent_recording_field_by_field() {
     }
 
     // The diagnosis: watch's stop is the one `analyze` finds in the recording.
-    let stops: Vec<&Finding> = found.iter().filter(|f| f.kind == FindingKind::Stop).collect();
+    let stops: Vec<&Finding> = found.iter().filter(|f| f.kind() == FindingKind::Stop).collect();
     let last_stop = stops.last().expect("watch reported the stop");
     assert!(stops.iter().all(|f| f.start_ns == last_stop.start_ns), "one stop, reported as it went: {stops:#?}");
     let offline = tcpvigil::detect::final_findings(&tcpvigil::detect::analyze(&recorded, &Default::default()));
     assert_eq!(offline.len(), 1, "{offline:#?}");
     assert_eq!((last_stop.cause.as_str(), last_stop.ongoing), (offline[0].cause.as_str(), false));
-    assert_eq!(offline[0].cause, "path_silent");
+    assert_eq!(offline[0].cause.as_str(), "path_silent");
     assert!(last_stop.start_ns.abs_diff(offline[0].start_ns) <= 20_000_000, "{last_stop:?}\n{:?}", offline[0]);
     let (t1, _) = outage_window(&truth);
     let start_unix = last_stop.start_ns as i64 + rec.header.mono_to_unix_ns;

@@ -1,4 +1,4 @@
-//! The BPF owner thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
+//! The BPF thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -14,15 +14,15 @@ use tokio::sync::mpsc;
 
 use super::abi::tv_stat;
 use super::decode::decode;
-use super::load::{load, prog_ref, set_phase, set_selection, Settings};
+use super::load::{load, set_phase, set_selection, Settings};
 use super::netns;
 use super::runstats::{Raw, RunStats};
 use super::tuples::Tuples;
-use super::variants::Variants;
+use super::variants::{prog_ref, Variants};
 use crate::model::filter::Rule;
 use crate::model::Event;
 
-/// Counters the owner thread keeps for exporters.
+/// Counters the BPF thread keeps for exporters.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Events the tokio side had no room for.
@@ -46,7 +46,7 @@ pub struct Counters {
 pub const KERNEL_STAT_NAMES: [&str; 7] =
     ["ringbuf_full", "storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail", "samples", "events"];
 
-/// What the owner thread hands to the daemon, in order.
+/// What the BPF thread hands to the daemon, in order.
 #[derive(Debug)]
 pub enum Msg {
     Event(Event),
@@ -91,7 +91,7 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("tcpvigil-bpf".into())
             .spawn(move || {
-                if let Err(e) = owner(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
+                if let Err(e) = bpf_thread(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
                     let _ = ready_tx.send(Err(e));
                 }
             })
@@ -160,7 +160,7 @@ fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn owner(
+fn bpf_thread(
     settings: Settings,
     variants: Variants,
     bpf_stats: bool,
@@ -215,7 +215,7 @@ fn owner(
         }
         // Read the clock after draining: everything stamped before it has been handed over.
         let _ = rb.consume();
-        let _ = tx.try_send(Msg::Drained(mono_ns()));
+        let _ = tx.try_send(Msg::Drained(crate::clock::mono_now_ns()));
         run_stats.tick(Instant::now(), enable_bpf_stats, || raw_prog_stats(&loaded.skel, &progs));
         while let Ok(c) = ctl.try_recv() {
             match c {
@@ -274,12 +274,6 @@ fn read_prog_stats(
     if let Ok(mut s) = counters.prog_stats.lock() {
         *s = v;
     }
-}
-
-fn mono_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
 }
 
 fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {

@@ -2,8 +2,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::abi::*;
-use crate::model::record::{Options, SampleSrc};
-use crate::model::{Body, CaState, ConnId, Event, Owner, Retrans, Rto, Sample, Snap, StateChange, Tuple};
+use crate::model::event::{Options, SampleSrc};
+use crate::model::{Body, CaState, ConnId, Event, Process, Retrans, Rto, Sample, Snap, StateChange, Tuple};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -118,7 +118,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
         }
         tv_kind::TV_K_OWNER => {
             let e: tv_owner = read(b);
-            Body::Owner(Owner { pid: e.tgid, uid: e.uid, cgroup_id: e.cgroup_id, comm: comm(&e.comm) })
+            Body::Process(Process { pid: e.tgid, uid: e.uid, cgroup_id: e.cgroup_id, comm: comm(&e.comm) })
         }
         tv_kind::TV_K_SNAPSHOT => Body::Snapshot(snap(&read::<tv_snap>(b))),
         tv_kind::TV_K_CLOSE => Body::Close(snap(&read::<tv_snap>(b))),
@@ -243,7 +243,7 @@ fn snap(s: &tv_snap) -> Snap {
         busy_us: s.busy_us,
         rwnd_limited_us: s.rwnd_limited_us,
         sndbuf_limited_us: s.sndbuf_limited_us,
-        owner: Owner { pid: s.tgid, uid: s.uid, cgroup_id: s.tgid_cgroup, comm: comm(&s.comm) },
+        process: Process { pid: s.tgid, uid: s.uid, cgroup_id: s.tgid_cgroup, comm: comm(&s.comm) },
     }
 }
 

@@ -5,10 +5,30 @@
 //! loader therefore hands libbpf the value itself (`bpf_object_open_opts.kconfig`), taken from
 //! those files when present and otherwise measured: /proc/timer_list prints the jiffies counter
 //! beside the CLOCK_MONOTONIC time it was read at, so two reads give ticks per second.
-use std::ffi::CString;
+use std::ffi::{CString, NulError};
 use std::io::Read;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// Why HZ could not be measured.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MeasureError {
+    #[error("/proc/timer_list: {0}")]
+    Read(Arc<std::io::Error>),
+    #[error("/proc/timer_list has no `now at` or `jiffies:` line")]
+    NoSample,
+    #[error("jiffies advanced {jiffies} in {ns} ns")]
+    Rate { jiffies: u64, ns: u64 },
+}
+
+/// Why libbpf cannot be given the Kconfig values.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KconfigError {
+    #[error("cannot tell the kernel's CONFIG_HZ: no /boot/config-$(uname -r) or /proc/config.gz, and measuring failed ({0})")]
+    Hz(MeasureError),
+    #[error(transparent)]
+    Text(#[from] NulError),
+}
 
 /// HZ values a Linux kernel can be built with (kernel/Kconfig.hz), the measurement is rounded to one.
 pub const HZ_CHOICES: [u32; 5] = [100, 250, 300, 1000, 1024];
@@ -59,52 +79,42 @@ fn from_files() -> Option<Hz> {
     hz_from_config(&text).map(|h| Hz { hz: h, source: "/proc/config.gz".into() })
 }
 
-fn measured() -> Result<Hz, String> {
-    let read = || -> Result<(u64, u64), String> {
-        let t = std::fs::read_to_string("/proc/timer_list").map_err(|e| format!("/proc/timer_list: {e}"))?;
-        timer_list_sample(&t).ok_or_else(|| "/proc/timer_list has no `now at` or `jiffies:` line".to_string())
+fn measured() -> Result<Hz, MeasureError> {
+    let read = || -> Result<(u64, u64), MeasureError> {
+        let t = std::fs::read_to_string("/proc/timer_list").map_err(|e| MeasureError::Read(Arc::new(e)))?;
+        timer_list_sample(&t).ok_or(MeasureError::NoSample)
     };
-    let mut last = Err(String::new());
+    let mut last = MeasureError::NoSample;
     for gap_ms in [120, 300] {
         let a = read()?;
         std::thread::sleep(Duration::from_millis(gap_ms));
         let b = read()?;
-        last = hz_from_samples(a, b)
-            .ok_or_else(|| format!("jiffies advanced {} in {} ns", b.1.wrapping_sub(a.1), b.0.wrapping_sub(a.0)));
-        if let Ok(h) = last {
-            return Ok(Hz { hz: h, source: "measured from /proc/timer_list".into() });
+        match hz_from_samples(a, b) {
+            Some(h) => return Ok(Hz { hz: h, source: "measured from /proc/timer_list".into() }),
+            None => last = MeasureError::Rate { jiffies: b.1.wrapping_sub(a.1), ns: b.0.wrapping_sub(a.0) },
         }
     }
-    Err(last.err().unwrap_or_default())
+    Err(last)
 }
 
 /// Find HZ once per process: the config files first, else the measurement.
-pub fn hz() -> Result<Hz, String> {
-    static HZ: OnceLock<Result<Hz, String>> = OnceLock::new();
-    HZ.get_or_init(|| {
-        if let Some(h) = from_files() {
-            return Ok(h);
-        }
-        measured().map_err(|e| {
-            format!("cannot tell the kernel's CONFIG_HZ: no /boot/config-$(uname -r) or /proc/config.gz, and measuring failed ({e})")
-        })
+pub fn hz() -> Result<Hz, KconfigError> {
+    static HZ: OnceLock<Result<Hz, KconfigError>> = OnceLock::new();
+    HZ.get_or_init(|| match from_files() {
+        Some(h) => Ok(h),
+        None => measured().map_err(KconfigError::Hz),
     })
     .clone()
 }
 
 /// The `kconfig` text handed to libbpf (lives for the whole process), or the reason there is none.
-pub fn kconfig_text() -> Result<&'static CString, String> {
-    static TEXT: OnceLock<Result<CString, String>> = OnceLock::new();
-    TEXT.get_or_init(|| {
-        let h = hz()?;
-        CString::new(format!("CONFIG_HZ={}\n", h.hz)).map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| e.clone())
+pub fn kconfig_text() -> Result<&'static CString, KconfigError> {
+    static TEXT: OnceLock<Result<CString, KconfigError>> = OnceLock::new();
+    TEXT.get_or_init(|| Ok(CString::new(format!("CONFIG_HZ={}\n", hz()?.hz))?)).as_ref().map_err(|e| e.clone())
 }
 
 /// Open options that give libbpf our Kconfig values, so it never needs the config files.
-pub fn open_opts() -> Result<libbpf_sys::bpf_object_open_opts, String> {
+pub fn open_opts() -> Result<libbpf_sys::bpf_object_open_opts, KconfigError> {
     let text = kconfig_text()?;
     Ok(libbpf_sys::bpf_object_open_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_object_open_opts>() as libbpf_sys::size_t,

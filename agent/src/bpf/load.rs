@@ -5,13 +5,12 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, ProgramMut};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::abi::{as_bytes, tv_config, tv_filter, tv_match};
 use super::skel::{TcpvigilSkel, TcpvigilSkelBuilder};
-use super::variants::{Prog, Variants, ALL};
+use super::variants::{prog_ref, reason, take_libbpf_log, Prog, Variants, ALL};
 use crate::model::filter::Rule;
 
 /// What the kernel side is told before it starts.
@@ -41,26 +40,36 @@ impl Default for Settings {
     }
 }
 
-pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'b> {
-    let s = &skel.progs;
-    match p {
-        Prog::TcpProbe => &s.tv_tcp_probe,
-        Prog::SacktagExit => &s.tv_sacktag_exit,
-        Prog::RetransV2 => &s.tv_retrans_v2,
-        Prog::RetransV1 => &s.tv_retrans_v1,
-        Prog::MarkLost => &s.tv_mark_lost,
-        Prog::CongState => &s.tv_cong_state,
-        Prog::Sockops => &s.tv_sockops,
-        Prog::RtoTimer => &s.tv_rto_timer,
-        Prog::SetState => &s.tv_set_state,
-        Prog::Destroy => &s.tv_destroy,
-        Prog::Iter => &s.tv_iter,
-    }
+/// Why the programs could not be loaded, attached or told their settings.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Kconfig(#[from] super::kconfig::KconfigError),
+    #[error("opening the eBPF object: {0}")]
+    Open(libbpf_rs::Error),
+    /// The kernel refused: libbpf's error and the log lines that tell why.
+    #[error("loading the eBPF programs: {0}")]
+    Load(String),
+    #[error("attaching {what}: {err}")]
+    Attach { what: String, err: libbpf_rs::Error },
+    #[error("reading /proc/self/mounts: {0}")]
+    Mounts(std::io::Error),
+    #[error("no cgroup2 file system is mounted (needed for the sockops RTO hook); mount one, e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`")]
+    NoCgroup2,
+    #[error("opening cgroup {}: {err}", path.display())]
+    Cgroup { path: PathBuf, err: std::io::Error },
+    #[error("at most {max} filter rules fit in the kernel (got {got})")]
+    TooManyRules { max: usize, got: usize },
+    /// A map could not be sized or updated.
+    #[error(transparent)]
+    Map(#[from] libbpf_rs::Error),
 }
+
+type Result<T> = std::result::Result<T, LoadError>;
 
 /// The cgroup-v2 mount point (the root of the unified hierarchy).
 pub fn cgroup2_root() -> Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").map_err(LoadError::Mounts)?;
     mounts
         .lines()
         .filter_map(|l| {
@@ -68,7 +77,7 @@ pub fn cgroup2_root() -> Result<PathBuf> {
             (f.len() > 2 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
         })
         .min_by_key(|p| p.as_os_str().len())
-        .ok_or_else(|| anyhow!("no cgroup2 file system is mounted (needed for the sockops RTO hook); mount one, e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`"))
+        .ok_or(LoadError::NoCgroup2)
 }
 
 pub struct Loaded<'obj> {
@@ -119,7 +128,7 @@ fn rule_to_filter(r: &Rule) -> tv_filter {
 pub fn set_selection(skel: &TcpvigilSkel<'_>, cfg: &mut tv_config, select_all: bool, rules: &[Rule]) -> Result<()> {
     let n = rules.len().min(super::abi::MAX_FILTERS);
     if rules.len() > n {
-        return Err(anyhow!("at most {} filter rules fit in the kernel (got {})", n, rules.len()));
+        return Err(LoadError::TooManyRules { max: n, got: rules.len() });
     }
     for (i, r) in rules.iter().enumerate() {
         let f = rule_to_filter(r);
@@ -164,18 +173,15 @@ pub fn set_phase(
 
 /// Load the chosen programs and attach them.
 pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &Settings) -> Result<Loaded<'obj>> {
-    let opts = super::kconfig::open_opts().map_err(|e| anyhow!(e))?;
-    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, storage).context("opening the eBPF object")?;
+    let opts = super::kconfig::open_opts()?;
+    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, storage).map_err(LoadError::Open)?;
     let chosen = v.progs();
     for p in ALL {
         p.of(&mut open).set_autoload(chosen.contains(&p));
     }
     open.maps.tv_events.set_max_entries(s.ringbuf_bytes)?;
-    let _ = super::variants::take_libbpf_log();
-    let skel = open.load().map_err(|e| {
-        let why = super::variants::reason(&e, &super::variants::take_libbpf_log());
-        anyhow!("loading the eBPF programs: {why}")
-    })?;
+    let _ = take_libbpf_log();
+    let skel = open.load().map_err(|e| LoadError::Load(reason(&e, &take_libbpf_log())))?;
 
     let mut cfg = tv_config {
         bulk_interval_ns: s.bulk_interval_ns,
@@ -191,7 +197,8 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
     let mut links = Vec::new();
     for p in &chosen {
         if p.auto_attach() {
-            let l = prog_ref(&skel, *p).attach().with_context(|| format!("attaching {}", p.label()))?;
+            let attach = prog_ref(&skel, *p).attach();
+            let l = attach.map_err(|err| LoadError::Attach { what: p.label().into(), err })?;
             links.push(l);
         }
     }
@@ -199,14 +206,13 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
     // on new connections, also when the fentry RTO variant is in use (harmless then).
     if chosen.contains(&Prog::Sockops) {
         let root = cgroup2_root()?;
-        let f = File::open(&root).with_context(|| format!("opening cgroup {}", root.display()))?;
-        let l = skel
-            .progs
-            .tv_sockops
-            .attach_cgroup(f.as_raw_fd())
-            .with_context(|| format!("attaching sockops at {}", root.display()))?;
+        let f = File::open(&root).map_err(|err| LoadError::Cgroup { path: root.clone(), err })?;
+        let attach = skel.progs.tv_sockops.attach_cgroup(f.as_raw_fd());
+        let what = format!("sockops at {}", root.display());
+        let l = attach.map_err(|err| LoadError::Attach { what, err })?;
         links.push(l);
     }
-    let iter_link = skel.progs.tv_iter.attach().context("attaching iter/tcp")?;
+    let attach = skel.progs.tv_iter.attach();
+    let iter_link = attach.map_err(|err| LoadError::Attach { what: "iter/tcp".into(), err })?;
     Ok(Loaded { skel, links, iter_link, cfg })
 }

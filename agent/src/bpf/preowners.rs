@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use crate::model::{ConnId, Owner};
+use crate::model::{ConnId, Process};
 
 /// TCP states as /proc/net/tcp prints them.
 const ESTABLISHED: u8 = 0x01;
@@ -23,8 +23,8 @@ pub struct ProcSock {
 /// listeners by their port (a connection accepted later from an old listener is its process's).
 #[derive(Debug, Default)]
 pub struct PreOwners {
-    conns: HashMap<(u32, SocketAddr, SocketAddr), Owner>,
-    listeners: HashMap<(u32, u16), Vec<(IpAddr, Owner)>>,
+    conns: HashMap<(u32, SocketAddr, SocketAddr), Process>,
+    listeners: HashMap<(u32, u16), Vec<(IpAddr, Process)>>,
 }
 
 impl PreOwners {
@@ -72,7 +72,7 @@ impl PreOwners {
                                 .unwrap_or_default()
                         })
                         .clone();
-                    out.add(ns, &s, Owner { pid: owner_pid, uid: s.uid, cgroup_id: 0, comm });
+                    out.add(ns, &s, Process { pid: owner_pid, uid: s.uid, cgroup_id: 0, comm });
                 }
             }
         }
@@ -80,7 +80,7 @@ impl PreOwners {
     }
 
     /// Adds one socket of namespace `ns`.
-    pub fn add(&mut self, ns: u32, s: &ProcSock, owner: Owner) {
+    pub fn add(&mut self, ns: u32, s: &ProcSock, owner: Process) {
         match s.state {
             ESTABLISHED => {
                 self.conns.insert((ns, canonical(s.local), canonical(s.remote)), owner);
@@ -99,7 +99,7 @@ impl PreOwners {
 
     /// The owner of a connection the daemon has no owner record for: the process that held it at
     /// start-up, or the one listening on its local address then (the most specific address first).
-    pub fn owner_of(&self, id: &ConnId) -> Option<Owner> {
+    pub fn owner_of(&self, id: &ConnId) -> Option<Process> {
         let (local, remote) = (canonical(id.tuple.local), canonical(id.tuple.remote));
         if let Some(o) = self.conns.get(&(id.netns, local, remote)) {
             return Some(o.clone());
@@ -166,8 +166,8 @@ mod tests {
     use super::*;
     use crate::model::Tuple;
 
-    fn owner(pid: u32, comm: &str) -> Owner {
-        Owner { pid, uid: 0, cgroup_id: 0, comm: comm.into() }
+    fn owner(pid: u32, comm: &str) -> Process {
+        Process { pid, uid: 0, cgroup_id: 0, comm: comm.into() }
     }
 
     fn id(ns: u32, local: &str, remote: &str) -> ConnId {

@@ -63,7 +63,7 @@ impl Tuples {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::record::StateChange;
+    use crate::model::event::StateChange;
     use crate::model::ConnId;
 
     fn ev(ts: u64, cookie: u64, local: &str, body: Body) -> Event {

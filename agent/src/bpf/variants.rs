@@ -3,10 +3,28 @@ use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{OpenProgramMut, PrintLevel};
+use libbpf_rs::{OpenProgramMut, PrintLevel, ProgramMut};
 use serde::Serialize;
 
-use super::skel::{OpenTcpvigilSkel, TcpvigilSkelBuilder};
+use super::skel::{OpenTcpvigilSkel, TcpvigilSkel, TcpvigilSkelBuilder};
+
+/// The loaded program of `p`.
+pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'b> {
+    let s = &skel.progs;
+    match p {
+        Prog::TcpProbe => &s.tv_tcp_probe,
+        Prog::SacktagExit => &s.tv_sacktag_exit,
+        Prog::RetransV2 => &s.tv_retrans_v2,
+        Prog::RetransV1 => &s.tv_retrans_v1,
+        Prog::MarkLost => &s.tv_mark_lost,
+        Prog::CongState => &s.tv_cong_state,
+        Prog::Sockops => &s.tv_sockops,
+        Prog::RtoTimer => &s.tv_rto_timer,
+        Prog::SetState => &s.tv_set_state,
+        Prog::Destroy => &s.tv_destroy,
+        Prog::Iter => &s.tv_iter,
+    }
+}
 
 /// Every program in the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -274,21 +292,35 @@ pub fn telling_lines(log: &str) -> Option<String> {
     }
 }
 
+/// Why a trial load refused a program.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    #[error(transparent)]
+    Kconfig(#[from] super::kconfig::KconfigError),
+    #[error("{0}")]
+    Open(libbpf_rs::Error),
+    /// The kernel refused to load it: libbpf's error and the log lines that tell why.
+    #[error("{0}")]
+    Load(String),
+    #[error("loads but does not attach: {0}")]
+    Attach(String),
+}
+
 /// Load the object with only `prog` enabled (maps shrunk) and, for tracing programs, attach it once.
-pub fn trial(prog: Prog) -> Result<(), String> {
+pub fn trial(prog: Prog) -> Result<(), TrialError> {
     let _ = take_libbpf_log();
     let mut storage = MaybeUninit::uninit();
     let opts = super::kconfig::open_opts()?;
-    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, &mut storage).map_err(|e| e.to_string())?;
+    let mut open = TcpvigilSkelBuilder::default().open_opts(opts, &mut storage).map_err(TrialError::Open)?;
     for p in ALL {
         p.of(&mut open).set_autoload(p == prog);
     }
     let _ = open.maps.tv_events.set_max_entries(4096);
     let _ = open.maps.tv_rtx.set_max_entries(16);
-    let skel = open.load().map_err(|e| reason(&e, &take_libbpf_log()))?;
+    let skel = open.load().map_err(|e| TrialError::Load(reason(&e, &take_libbpf_log())))?;
     if prog.auto_attach() {
-        let p = super::load::prog_ref(&skel, prog);
-        let link = p.attach().map_err(|e| format!("loads but does not attach: {}", reason(&e, &take_libbpf_log())))?;
+        let p = prog_ref(&skel, prog);
+        let link = p.attach().map_err(|e| TrialError::Attach(reason(&e, &take_libbpf_log())))?;
         drop(link);
     }
     Ok(())
@@ -306,7 +338,7 @@ pub fn choose() -> Variants {
                     chosen = Some(c);
                     break;
                 }
-                Err(e) => refused.push((c.label().to_string(), e)),
+                Err(e) => refused.push((c.label().to_string(), e.to_string())),
             }
         }
         let preferred = chosen == need.candidates.first().copied();

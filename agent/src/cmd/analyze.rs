@@ -1,14 +1,13 @@
 //! `tcpvigil analyze FILE`: replay a recording through the detectors and print the diagnoses.
-use std::fs::File;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use tcpvigil::clock::rfc3339 as wall;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{analyze, final_findings};
-use tcpvigil::export::events::rfc3339 as wall;
 
-use super::common::usage;
+use super::common::{read_recording, usage};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -27,17 +26,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(c) => c,
         Err(e) => return Ok(usage(e)),
     };
-    let f = match File::open(&a.file) {
-        Ok(f) => f,
-        Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.file.display()))),
-    };
-    let rec = match tcpvigil::recording::read_file(f) {
+    let rec = match read_recording(&a.file) {
         Ok(r) => r,
-        Err(e) => return Ok(usage(format!("{}: {e}", a.file.display()))),
+        Err(code) => return Ok(code),
     };
-    if rec.truncated_tail {
-        eprintln!("tcpvigil: the last line of {} was cut off (recorder stopped mid-write); ignored", a.file.display());
-    }
     let all = analyze(&rec.events, &cfg.detect);
     let shown = if a.all { all.clone() } else { final_findings(&all) };
     let off = rec.header.mono_to_unix_ns;
@@ -54,7 +46,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for f in final_findings(&all) {
         let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
-        eprintln!("  {:?} {} {} at {} ({})", f.kind, f.cause, who, wall(f.start_ns, off), dur);
+        eprintln!("  {:?} {} {} at {} ({})", f.kind(), f.cause, who, wall(f.start_ns, off), dur);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,10 @@
-//! Helpers shared by subcommands: input validation, clocks, privileges, Ctrl-C.
+//! Helpers shared by subcommands: input validation, clocks, privileges, process limits, Ctrl-C.
 use std::path::Path;
 use std::process::ExitCode;
 
+use tcpvigil::clock::mono_to_unix_ns;
 use tcpvigil::model::Filter;
+use tcpvigil::recording::{Header, Recording, FORMAT_VERSION};
 
 /// A usage error: printed, exit code 2, nothing loaded.
 pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -29,19 +31,28 @@ pub fn check_out_path(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Unix time minus CLOCK_MONOTONIC, in nanoseconds.
-pub fn mono_to_unix_ns() -> i64 {
-    let now = |clk| nix::time::clock_gettime(clk).map(|t| t.tv_sec() as i64 * 1_000_000_000 + t.tv_nsec() as i64);
-    match (now(nix::time::ClockId::CLOCK_REALTIME), now(nix::time::ClockId::CLOCK_MONOTONIC)) {
-        (Ok(r), Ok(m)) => r - m,
-        _ => 0,
+/// A recording named on the command line; a file that cannot be opened or is not a recording is
+/// a usage error (printed, exit code 2). A cut-off last line is said and ignored.
+pub fn read_recording(path: &Path) -> Result<Recording, ExitCode> {
+    let f = std::fs::File::open(path).map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?;
+    let rec = tcpvigil::recording::read_file(f).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    if rec.truncated_tail {
+        eprintln!("tcpvigil: the last line of {} was cut off (recorder stopped mid-write); ignored", path.display());
     }
+    Ok(rec)
 }
 
-pub fn mono_now_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
+/// The header of a recording made on this host now (by `record`, or the daemon's dumps).
+pub fn recording_header(variants: &tcpvigil::bpf::variants::Variants, filters: Vec<String>) -> Header {
+    Header {
+        tcpvigil_recording: FORMAT_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: kernel_release(),
+        hostname: hostname(),
+        mono_to_unix_ns: mono_to_unix_ns(),
+        variants: variants.pairs(),
+        filters,
+    }
 }
 
 pub fn kernel_release() -> String {
@@ -111,4 +122,29 @@ pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
         return Err(ExitCode::from(1));
     }
     Ok(variants)
+}
+
+/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
+/// otherwise, and the RSS stays at its peak for good).
+pub fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
+/// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
+pub fn raise_nofile(want: u64) {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live, initialised rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < want {
+            l.rlim_cur = want.min(l.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                tracing::warn!("could not raise the open-file limit to {want}");
+            }
+        }
+    }
 }

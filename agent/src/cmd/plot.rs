@@ -1,33 +1,17 @@
 //! `tcpvigil plot RECORDING`: the papers' pictures (SVG and PNG) from any recording.
-use std::fs::File;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tcpvigil::plot::{findings_path_for, plot_recording, read_findings, PlotArgs};
+use tcpvigil::plot::{findings_for, plot_recording, PlotArgs};
 
-use super::common::usage;
+use super::common::read_recording;
 
 pub fn run(a: PlotArgs) -> Result<ExitCode> {
-    let f = match File::open(&a.recording) {
-        Ok(f) => f,
-        Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.recording.display()))),
-    };
-    let rec = match tcpvigil::recording::read_file(f) {
+    let rec = match read_recording(&a.recording) {
         Ok(r) => r,
-        Err(e) => return Ok(usage(format!("{}: {e}", a.recording.display()))),
+        Err(code) => return Ok(code),
     };
-    let findings = match &a.findings {
-        Some(p) => read_findings(p)?,
-        None => {
-            let side = findings_path_for(&a.recording);
-            if side.exists() {
-                read_findings(&side)?
-            } else {
-                let all = tcpvigil::detect::analyze(&rec.events, &Default::default());
-                tcpvigil::detect::final_findings(&all)
-            }
-        }
-    };
+    let findings = findings_for(&a.recording, a.findings.as_deref(), &rec)?;
     let files = plot_recording(&rec, a.conn.as_ref(), &findings, &a.out)?;
     for p in &files {
         println!("{}", p.display());

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Msg, KERNEL_STAT_NAMES};
 use tcpvigil::bpf::load::Settings;
 use tcpvigil::model::{Body, Filter};
-use tcpvigil::recording::{write_event, write_header, Header, FORMAT_VERSION};
+use tcpvigil::recording::{write_event, write_header};
 
 use super::common::*;
 
@@ -90,15 +90,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ringbuf_bytes: a.ringbuf_kib * 1024,
         ..Default::default()
     };
-    let header = Header {
-        tcpvigil_recording: FORMAT_VERSION,
-        agent_version: env!("CARGO_PKG_VERSION").into(),
-        kernel: kernel_release(),
-        hostname: hostname(),
-        mono_to_unix_ns: mono_to_unix_ns(),
-        variants: variants.pairs(),
-        filters: a.conns.clone(),
-    };
+    let header = recording_header(&variants, a.conns.clone());
     write_header(&mut w, &header)?;
     let agent = Agent::start(settings, variants, 1 << 16, false)?;
     if let Some(r) = &a.ready_file {
@@ -215,6 +207,6 @@ pub fn kind_name(b: &Body) -> &'static str {
         Body::State(_) => "state",
         Body::Snapshot(_) => "snapshot",
         Body::Close(_) => "close",
-        Body::Owner(_) => "owner",
+        Body::Process(_) => "owner",
     }
 }

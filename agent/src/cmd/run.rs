@@ -10,15 +10,14 @@ use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Counters, Msg};
 use tcpvigil::bpf::preowners::PreOwners;
 use tcpvigil::bpf::variants::Prog;
+use tcpvigil::clock::{mono_now_ns, mono_to_unix_ns};
 use tcpvigil::config::Config;
-use tcpvigil::detect::Detectors;
-use tcpvigil::export::events::monotonic_to_wall_offset_ns;
-use tcpvigil::export::health::{KernelCounters, ProgStats, RecorderHealth};
-use tcpvigil::export::recorder::sink::{DumpCounts, DumpSink};
+use tcpvigil::detect::{Input, Pipeline};
+use tcpvigil::export::health::{KernelCounters, ProgStats};
+use tcpvigil::export::outputs::{Flight, Outputs};
+use tcpvigil::export::recorder::sink::DumpSink;
 use tcpvigil::export::recorder::Recorder;
 use tcpvigil::export::{EventsTarget, EventsWriter, Health, HttpServer, Metrics, WebConfig};
-use tcpvigil::model::{Body, ConnTable, Event, Finding};
-use tcpvigil::recording::{Header, FORMAT_VERSION};
 
 use super::common::*;
 use super::notify::notify;
@@ -95,15 +94,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for c in &variants.choices {
         tracing::info!(need = c.need, variant = %c.variant, preferred = c.preferred, "hook");
     }
-    let header = Header {
-        tcpvigil_recording: FORMAT_VERSION,
-        agent_version: env!("CARGO_PKG_VERSION").into(),
-        kernel: kernel_release(),
-        hostname: hostname(),
-        mono_to_unix_ns: mono_to_unix_ns(),
-        variants: variants.pairs(),
-        filters: Vec::new(),
-    };
+    let header = recording_header(&variants, Vec::new());
     let flight = if cfg.recorder.enabled {
         let rec = Recorder::new(cfg.recorder.clone())?;
         let sink = DumpSink::start(&cfg.recorder, header)?;
@@ -117,53 +108,123 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rt.block_on(daemon(agent, cfg, web, a.config, a.ready_file, flight))
 }
 
-/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
-/// otherwise, and the RSS stays at its peak for good).
-fn give_back_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+async fn daemon(
+    mut agent: Agent,
+    cfg: Config,
+    web: Option<WebConfig>,
+    cfg_path: Option<PathBuf>,
+    ready_file: Option<PathBuf>,
+    flight: Option<Flight>,
+) -> Result<ExitCode> {
+    let exact = agent.variants.uses(Prog::MarkLost);
+    // Sockets older than the daemon: their connect() and listen() happened before its programs.
+    let t = std::time::Instant::now();
+    let pre = PreOwners::scan(std::path::Path::new("/proc"));
+    let (old_conns, old_listeners) = pre.counts();
+    tracing::info!(
+        connections = old_conns,
+        listeners = old_listeners,
+        ms = t.elapsed().as_millis() as u64,
+        "processes of sockets older than the daemon read from /proc"
+    );
+    let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(Box::new(move |id| pre.owner_of(id)));
+    let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
+    metrics.set_exact_lost_retrans(exact);
+    let offset = mono_to_unix_ns();
+    let events = match &cfg.export.events {
+        Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
+        None => None,
+    };
+    let mut out = Outputs { metrics, events, flight };
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = HttpServer::bind(cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
+    let http = server.handle();
+    let serving = server.local_addr();
+    tracing::info!("serving /metrics and /healthz on {serving}");
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server_task = tokio::spawn(server.run(async {
+        let _ = http_stopped.await;
+    }));
 
-/// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
-/// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
-fn raise_nofile(want: u64) {
-    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit with a pointer to a live, initialised rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < want {
-            l.rlim_cur = want.min(l.rlim_max);
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
-                tracing::warn!("could not raise the open-file limit to {want}");
+    let mut refresh = tokio::time::interval(Duration::from_secs(1));
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let stop = interrupted();
+    tokio::pin!(stop);
+    ready.store(true, Ordering::SeqCst);
+    notify("READY=1");
+    if let Some(r) = &ready_file {
+        // Written whole to a temporary name first: a harness that sees the file sees the address.
+        let tmp = r.with_extension("tmp");
+        std::fs::write(&tmp, format!("{serving}\n"))
+            .and_then(|()| std::fs::rename(&tmp, r))
+            .with_context(|| format!("creating the ready file {}", r.display()))?;
+    }
+    tracing::info!("tcpvigil running");
+    loop {
+        tokio::select! {
+            msg = agent.events.recv() => match msg {
+                Some(Msg::Event(ev)) => out.step(&mut pipe, Input::Event(&ev)),
+                // Time advances only as far as the kernel's records have been read.
+                Some(Msg::Drained(t)) => {
+                    out.step(&mut pipe, Input::Time(t));
+                    if pipe.wants_snapshot() {
+                        agent.snapshot_soon();
+                    }
+                    if let Some((members, min_srtt_us)) = pipe.phase_members() {
+                        agent.set_phase(members, min_srtt_us);
+                    }
+                }
+                None => break,
+            },
+            _ = refresh.tick() => {
+                out.refresh(pipe.table(), health(&agent));
+                if pipe.reap(mono_now_ns().saturating_sub(10_000_000_000)) >= 1000 {
+                    give_back_memory();
+                }
             }
+            _ = hup.recv() => {
+                notify("RELOADING=1");
+                if let Err(e) = http.reload(cfg.export.web_config.as_deref()) {
+                    tracing::warn!("web config reload failed, keeping the old one: {e}");
+                }
+                if let Some(e) = out.events.as_mut() {
+                    if let Err(err) = e.reopen() {
+                        tracing::warn!("reopening the events file: {err}");
+                    }
+                }
+                tracing::info!("reloaded (config file {:?}: detector and hook settings need a restart)", cfg_path);
+                notify("READY=1");
+            }
+            _ = &mut stop => break,
         }
     }
-}
-
-/// The flight recorder: histories in the daemon's task, dumps written by the sink's thread.
-struct Flight {
-    rec: Recorder,
-    sink: DumpSink,
-}
-
-impl Flight {
-    fn health(&self) -> RecorderHealth {
-        let s = self.rec.stats();
-        let c: DumpCounts = self.sink.counts();
-        RecorderHealth {
-            dumps_written: c.written,
-            dumps_failed: c.failed,
-            dumps_dropped: c.dropped,
-            no_history: s.no_history,
-            memory_bytes: s.bytes as u64,
-            conns: s.conns as u64,
-        }
+    notify("STOPPING=1");
+    tracing::info!("tcpvigil stopping");
+    ready.store(false, Ordering::SeqCst);
+    let _ = stop_http.send(());
+    let _ = server_task.await;
+    agent.stop();
+    if let Some(mut fl) = out.flight {
+        // Open dumps are written now, with the history they have.
+        let last = fl.rec.flush();
+        let s = fl.rec.stats();
+        let c = tokio::task::spawn_blocking(move || fl.sink.finish(last, Duration::from_secs(10))).await?;
+        tracing::info!(
+            written = c.written,
+            failed = c.failed,
+            dropped = c.dropped,
+            no_history = s.no_history,
+            conns = s.conns,
+            memory_bytes = s.bytes,
+            largest_conn_bytes = s.largest_conn_bytes,
+            "flight recorder stopped"
+        );
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health {
+/// What the BPF side counts about itself (the outputs add their own counts).
+fn health(agent: &Agent) -> Health {
     let c: &Counters = &agent.counters;
     let k = c.kernel.lock().map(|k| k.clone()).unwrap_or_default();
     let at = |i: usize| k.get(i).copied().unwrap_or(0);
@@ -195,158 +256,8 @@ fn health(agent: &Agent, events_errors: u64, recorder: RecorderHealth) -> Health
         maps: Vec::new(),
         channel_dropped: c.channel_dropped.load(Ordering::Relaxed),
         decode_errors: c.decode_errors.load(Ordering::Relaxed),
-        events_write_errors: events_errors,
-        recorder,
+        events_write_errors: 0,
+        recorder: Default::default(),
         snapshot_seconds: c.snapshot_ns.load(Ordering::Relaxed) as f64 / 1e9,
     }
-}
-
-async fn daemon(
-    mut agent: Agent,
-    cfg: Config,
-    web: Option<WebConfig>,
-    cfg_path: Option<PathBuf>,
-    ready_file: Option<PathBuf>,
-    mut flight: Option<Flight>,
-) -> Result<ExitCode> {
-    let exact = agent.variants.uses(Prog::MarkLost);
-    let mut table = ConnTable::new(exact);
-    // Sockets older than the daemon: their connect() and listen() happened before its programs.
-    let t = std::time::Instant::now();
-    let pre = PreOwners::scan(std::path::Path::new("/proc"));
-    let (old_conns, old_listeners) = pre.counts();
-    tracing::info!(
-        connections = old_conns,
-        listeners = old_listeners,
-        ms = t.elapsed().as_millis() as u64,
-        "owners of sockets older than the daemon read from /proc"
-    );
-    let mut detectors = Detectors::new(&cfg.detect);
-    let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
-    metrics.set_exact_lost_retrans(exact);
-    let offset = monotonic_to_wall_offset_ns();
-    let mut events = match &cfg.export.events {
-        Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
-        None => None,
-    };
-    let ready = Arc::new(AtomicBool::new(false));
-    let server = HttpServer::bind(cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
-    let http = server.handle();
-    let serving = server.local_addr();
-    tracing::info!("serving /metrics and /healthz on {serving}");
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server_task = tokio::spawn(server.run(async {
-        let _ = http_stopped.await;
-    }));
-
-    let mut refresh = tokio::time::interval(Duration::from_secs(1));
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let stop = interrupted();
-    tokio::pin!(stop);
-    let mut found: Vec<Finding> = Vec::new();
-    ready.store(true, Ordering::SeqCst);
-    notify("READY=1");
-    if let Some(r) = &ready_file {
-        // Written whole to a temporary name first: a harness that sees the file sees the address.
-        let tmp = r.with_extension("tmp");
-        std::fs::write(&tmp, format!("{serving}\n"))
-            .and_then(|()| std::fs::rename(&tmp, r))
-            .with_context(|| format!("creating the ready file {}", r.display()))?;
-    }
-    tracing::info!("tcpvigil running");
-    loop {
-        tokio::select! {
-            msg = agent.events.recv() => match msg {
-                Some(Msg::Event(ev)) => {
-                    // A connection new to the table whose socket or listener predates the daemon
-                    // gets its owner from /proc (a kernel owner record, if one follows, wins).
-                    let old = (table.get(ev.conn.cookie).is_none() && !matches!(ev.body, Body::Owner(_)))
-                        .then(|| pre.owner_of(&ev.conn))
-                        .flatten()
-                        .map(|o| Event { ts_ns: ev.ts_ns, conn: ev.conn, body: Body::Owner(o) });
-                    for ev in old.iter().chain(std::iter::once(&ev)) {
-                        table.apply(ev);
-                        metrics.on_event(ev);
-                        detectors.observe(ev, &table, &mut found);
-                        if let Some(fl) = flight.as_mut() {
-                            fl.rec.on_event(ev);
-                        }
-                    }
-                }
-                // Time advances only as far as the kernel's records have been read.
-                Some(Msg::Drained(t)) => {
-                    detectors.tick(t, &table, &mut found);
-                    if detectors.wants_snapshot() {
-                        agent.snapshot_soon();
-                    }
-                    if let Some(m) = detectors.phase_members() {
-                        agent.set_phase(m, detectors.phase_min_srtt_us());
-                    }
-                    if let Some(fl) = flight.as_mut() {
-                        for d in fl.rec.take_ready(t) {
-                            fl.sink.submit(d);
-                        }
-                    }
-                }
-                None => break,
-            },
-            _ = refresh.tick() => {
-                let errors = events.as_ref().map(|e| e.errors()).unwrap_or(0);
-                let rec = flight.as_ref().map(Flight::health).unwrap_or_default();
-                metrics.refresh(&table, &health(&agent, errors, rec));
-                let reaped = table.reap(mono_now_ns().saturating_sub(10_000_000_000)).len();
-                if reaped >= 1000 {
-                    give_back_memory();
-                }
-            }
-            _ = hup.recv() => {
-                notify("RELOADING=1");
-                if let Err(e) = http.reload(cfg.export.web_config.as_deref()) {
-                    tracing::warn!("web config reload failed, keeping the old one: {e}");
-                }
-                if let Some(e) = events.as_mut() {
-                    if let Err(err) = e.reopen() {
-                        tracing::warn!("reopening the events file: {err}");
-                    }
-                }
-                tracing::info!("reloaded (config file {:?}: detector and hook settings need a restart)", cfg_path);
-                notify("READY=1");
-            }
-            _ = &mut stop => break,
-        }
-        for f in found.drain(..) {
-            let owner = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.owner.clone());
-            tracing::info!(kind = ?f.kind, cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
-            metrics.on_finding(&f);
-            if let Some(e) = events.as_mut() {
-                e.write(&f, owner.as_ref());
-            }
-            if let Some(job) = flight.as_mut().and_then(|fl| fl.rec.on_finding(&f)) {
-                tracing::info!(job = job.id, conns = job.cookies.len(), "flight recorder: dump opened");
-            }
-        }
-    }
-    notify("STOPPING=1");
-    tracing::info!("tcpvigil stopping");
-    ready.store(false, Ordering::SeqCst);
-    let _ = stop_http.send(());
-    let _ = server_task.await;
-    agent.stop();
-    if let Some(mut fl) = flight {
-        // Open dumps are written now, with the history they have.
-        let last = fl.rec.flush();
-        let s = fl.rec.stats();
-        let c = tokio::task::spawn_blocking(move || fl.sink.finish(last, Duration::from_secs(10))).await?;
-        tracing::info!(
-            written = c.written,
-            failed = c.failed,
-            dropped = c.dropped,
-            no_history = s.no_history,
-            conns = s.conns,
-            memory_bytes = s.bytes,
-            largest_conn_bytes = s.largest_conn_bytes,
-            "flight recorder stopped"
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }

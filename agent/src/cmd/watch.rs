@@ -5,8 +5,7 @@ use anyhow::Result;
 use tcpvigil::bpf::agent::{Agent, Msg};
 use tcpvigil::bpf::load::Settings;
 use tcpvigil::bpf::variants::Prog;
-use tcpvigil::detect::{DetectConfig, Detectors};
-use tcpvigil::model::ConnTable;
+use tcpvigil::detect::{DetectConfig, Input, Pipeline};
 use tcpvigil::watch::{WatchInput, WatchOpts};
 use tokio::sync::mpsc;
 
@@ -31,34 +30,32 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
     let (tx, rx) = mpsc::channel(1 << 14);
     let summary = rt.block_on(async move {
         let feed = async {
-            // The same detectors as the daemon, on the watched connections only.
-            let mut table = ConnTable::new(exact);
-            let mut det = Detectors::new(&DetectConfig::default());
-            let mut found = Vec::new();
+            // The daemon's pipeline, on the watched connections only.
+            let mut pipe = Pipeline::new(&DetectConfig::default(), exact);
             let mut phased = 0;
             while let Some(msg) = agent.events.recv().await {
                 let input = match msg {
                     Msg::Event(ev) if filter.matches(&ev.conn) => {
-                        table.apply(&ev);
-                        det.observe(&ev, &table, &mut found);
+                        pipe.feed(Input::Event(&ev), |_| {});
                         WatchInput::Event(ev)
                     }
                     Msg::Event(_) => continue,
                     Msg::Drained(t) => {
-                        det.tick(t, &table, &mut found);
-                        if det.wants_snapshot() {
+                        pipe.feed(Input::Time(t), |_| {});
+                        if pipe.wants_snapshot() {
                             agent.snapshot_soon();
                         }
                         // The watched connections report their rounds (the send phase of the
                         // group view), whatever group the detectors give them.
+                        let table = pipe.table();
                         if table.len() != phased {
                             phased = table.len();
-                            agent.set_phase(table.iter().map(|e| e.id.cookie).collect(), det.phase_min_srtt_us());
+                            agent.set_phase(table.iter().map(|e| e.id.cookie).collect(), pipe.phase_min_srtt_us());
                         }
                         WatchInput::Tick(t)
                     }
                 };
-                for f in found.drain(..) {
+                for f in pipe.findings() {
                     if tx.send(WatchInput::Finding(f)).await.is_err() {
                         return;
                     }

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::phase::{self, StreamRounds};
-use crate::model::{Body, ConnEntry, ConnId, ConnTable, Event, Finding, FindingKind};
+use super::DetectConfigError;
+use crate::model::units::jain;
+use crate::model::{Body, Cause, ConnEntry, ConnId, ConnTable, Event, Finding, PathTag};
 
 /// What two streams must share to belong to one transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,17 +73,17 @@ impl Default for FairnessConfig {
 }
 
 impl FairnessConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if !(0.1..=600.0).contains(&self.window_s)
             || !(0.0..=1.0).contains(&self.jain_below)
             || !(0.0..=1.0).contains(&self.ratio_below)
             || !(0.0..=10_000.0).contains(&self.phase_min_rtt_ms)
         {
-            return Err("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1, phase_min_rtt_ms from 0 to 10000".into());
+            return Err(DetectConfigError::FairnessRange);
         }
         for r in &self.rules {
             if let Some(c) = &r.remote_cidr {
-                parse_cidr(c).ok_or_else(|| format!("detect.fairness.rules: bad remote_cidr {c:?}"))?;
+                parse_cidr(c).ok_or_else(|| DetectConfigError::RemoteCidr(c.clone()))?;
             }
         }
         Ok(())
@@ -106,22 +108,22 @@ fn in_cidr(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
 /// The group a connection belongs to.
 pub fn group_key(cfg: &FairnessConfig, e: &ConnEntry) -> String {
     let t = e.id.tuple;
-    let owner = e.owner.clone().unwrap_or_default();
+    let process = e.process.clone().unwrap_or_default();
     let key = cfg
         .rules
         .iter()
         .find(|r| {
             r.remote_cidr.as_deref().and_then(parse_cidr).is_none_or(|c| in_cidr(t.remote.ip(), c))
                 && r.remote_ports.is_none_or(|(a, b)| (a..=b).contains(&t.remote.port()))
-                && r.comm.as_ref().is_none_or(|c| *c == owner.comm)
+                && r.comm.as_ref().is_none_or(|c| *c == process.comm)
         })
         .map(|r| &r.key)
         .unwrap_or(&cfg.key);
     key.iter()
         .map(|f| match f {
-            GroupField::Pid => format!("pid={}", owner.pid),
-            GroupField::Comm => format!("comm={}", owner.comm),
-            GroupField::Cgroup => format!("cgroup={}", owner.cgroup_id),
+            GroupField::Pid => format!("pid={}", process.pid),
+            GroupField::Comm => format!("comm={}", process.comm),
+            GroupField::Cgroup => format!("cgroup={}", process.cgroup_id),
             GroupField::RemoteIp => format!("remote={}", t.remote.ip().to_canonical()),
             GroupField::RemotePort => format!("rport={}", t.remote.port()),
             GroupField::LocalPort => format!("lport={}", t.local.port()),
@@ -134,17 +136,6 @@ pub fn group_key(cfg: &FairnessConfig, e: &ConnEntry) -> String {
 /// Retransmitted bytes per byte sent over the connection's life (from its last snapshot).
 fn retrans_ratio(e: &ConnEntry) -> f64 {
     e.snap.as_ref().filter(|s| s.bytes_sent > 0).map_or(0.0, |s| s.bytes_retrans as f64 / s.bytes_sent as f64)
-}
-
-/// Jain's fairness index of non-negative rates.
-pub fn jain(x: &[f64]) -> f64 {
-    let s: f64 = x.iter().sum();
-    let q: f64 = x.iter().map(|v| v * v).sum();
-    if q == 0.0 {
-        1.0
-    } else {
-        s * s / (x.len() as f64 * q)
-    }
 }
 
 #[derive(Default)]
@@ -287,7 +278,9 @@ impl FairnessDetector {
             self.members_changed = true;
         }
         let mut present = HashSet::new();
-        for (key, streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+        for (key, mut streams) in groups.into_iter().filter(|(_, s)| s.len() >= 2) {
+            // In cookie order, whatever order the table keeps: the same findings every run.
+            streams.sort_by_key(|s| s.0.cookie);
             present.insert(key.clone());
             let rates: Vec<f64> = streams.iter().map(|s| s.1).collect();
             let (min, max, sum) = (
@@ -298,7 +291,8 @@ impl FairnessDetector {
             if sum <= 0.0 {
                 continue;
             }
-            let j = jain(&rates);
+            // Defined: the sum is positive.
+            let j = jain(&rates).unwrap_or(1.0);
             let ratio = if max > 0.0 { min / max } else { 1.0 };
             let eff = streams.len() as f64 * min / sum;
             let mean = sum / rates.len() as f64;
@@ -337,15 +331,15 @@ impl FairnessDetector {
                     st.reported = Some(since);
                     out.push(Finding {
                         ts_ns: now,
-                        kind: FindingKind::Unfair,
                         conn: slowest,
                         group: Some(key.clone()),
                         start_ns: since,
                         duration_s: None,
                         ongoing: true,
-                        cause: "unfair_streams".into(),
+                        cause: Cause::UnfairStreams,
                         owner: None,
                         evidence: evidence(st),
+                        path: PathTag::default(),
                     });
                 }
             } else {
@@ -356,15 +350,15 @@ impl FairnessDetector {
                         st.reported = None;
                         out.push(Finding {
                             ts_ns: now,
-                            kind: FindingKind::Unfair,
                             conn: slowest,
                             group: Some(key.clone()),
                             start_ns: start,
                             duration_s: Some((since - start) as f64 / 1e9),
                             ongoing: false,
-                            cause: "unfair_streams".into(),
+                            cause: Cause::UnfairStreams,
                             owner: None,
                             evidence: evidence(st),
+                            path: PathTag::default(),
                         });
                     }
                 }
@@ -381,14 +375,14 @@ impl FairnessDetector {
             if let Some(start) = st.reported {
                 out.push(Finding {
                     ts_ns: now,
-                    kind: FindingKind::Unfair,
                     conn: st.slowest,
                     group: Some(key.clone()),
                     start_ns: start,
                     duration_s: Some(now.saturating_sub(start) as f64 / 1e9),
                     ongoing: false,
-                    cause: "unfair_streams".into(),
+                    cause: Cause::UnfairStreams,
                     owner: None,
+                    path: PathTag::default(),
                     evidence: {
                         let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));
                         e["ended"] = json!("streams_closed");
@@ -444,213 +438,4 @@ fn send_phase(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{Owner, Tuple};
-
-    fn conn(i: u64) -> ConnId {
-        ConnId {
-            cookie: i,
-            netns: 1,
-            tuple: Tuple {
-                local: format!("10.0.0.1:{}", 4000 + i).parse().unwrap(),
-                remote: "10.0.0.2:5201".parse().unwrap(),
-            },
-        }
-    }
-
-    fn run(rates: &[u64], secs: u64) -> Vec<Finding> {
-        run_lossy(rates, &vec![0.0; rates.len()], secs)
-    }
-
-    /// Streams at `rates` (bytes/s) whose snapshots show `retrans` retransmitted bytes per byte sent.
-    fn run_lossy(rates: &[u64], retrans: &[f64], secs: u64) -> Vec<Finding> {
-        run_with(rates, retrans, secs, &|_, _| vec![]).0
-    }
-
-    /// As run_lossy, with `extra(from, to)` events of each 50 ms step; also returns what
-    /// phase_members said after each tick.
-    #[allow(clippy::type_complexity)]
-    fn run_with(
-        rates: &[u64],
-        retrans: &[f64],
-        secs: u64,
-        extra: &dyn Fn(u64, u64) -> Vec<Event>,
-    ) -> (Vec<Finding>, Vec<HashSet<u64>>) {
-        let mut table = ConnTable::new(false);
-        for (i, r) in retrans.iter().enumerate() {
-            let snap = crate::model::Snap {
-                bytes_sent: 100_000_000,
-                bytes_retrans: (r * 100_000_000.0) as u64,
-                ..Default::default()
-            };
-            table.apply(&Event { ts_ns: 1, conn: conn(i as u64), body: Body::Snapshot(snap) });
-        }
-        let mut d = FairnessDetector::new(FairnessConfig::default());
-        let mut out = vec![];
-        for (i, _) in rates.iter().enumerate() {
-            table.apply(&Event {
-                ts_ns: 1,
-                conn: conn(i as u64),
-                body: Body::Owner(Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }),
-            });
-        }
-        let mut t = 0;
-        let mut said = vec![];
-        while t < secs * 1_000_000_000 {
-            t += 50_000_000;
-            let mut evs = extra(t - 50_000_000, t);
-            evs.sort_by_key(|e| e.ts_ns);
-            for ev in evs {
-                table.apply(&ev);
-                d.observe(&ev, &table);
-            }
-            for (i, r) in rates.iter().enumerate() {
-                let mut s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
-                s.srtt_us = 20_000;
-                let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
-                table.apply(&ev);
-                d.observe(&ev, &table);
-            }
-            d.tick(t, &table, &mut out);
-            said.extend(d.phase_members());
-        }
-        (out, said)
-    }
-
-    #[test]
-    fn the_stream_that_sends_last_in_the_round_and_loses_first_is_named() {
-        // Rounds every 100 ms; stream 2 sends last (at 0.7 of the RTT) and enters Recovery first
-        // in every loss episode (every 2 s, the others 5-15 ms later).
-        const MS: u64 = 1_000_000;
-        let phases = [0.1, 0.3, 0.7, 0.5];
-        let extra = |from: u64, to: u64| {
-            let mut v = vec![];
-            for (i, p) in phases.iter().enumerate() {
-                let mut k = from / (100 * MS);
-                loop {
-                    let t = k * 100 * MS + (p * 100.0 * MS as f64) as u64;
-                    k += 1;
-                    if t < from {
-                        continue;
-                    }
-                    if t >= to {
-                        break;
-                    }
-                    let mut s = crate::detect::stop::tests_support::sample(1 << 20);
-                    s.round = true;
-                    v.push(Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) });
-                }
-                let lag = [10, 5, 0, 15][i] * MS;
-                let ep = (from / (2000 * MS)) * 2000 * MS + lag;
-                if ep >= 2000 * MS && ep >= from && ep < to {
-                    let c = crate::model::CaState { old: 0, new: 3, ..Default::default() };
-                    v.push(Event { ts_ns: ep, conn: conn(i as u64), body: Body::CaState(c) });
-                }
-            }
-            v
-        };
-        let (out, said) = run_with(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], &[0.0; 4], 10, &extra);
-        assert_eq!(said, vec![(0..4).collect::<HashSet<u64>>()], "the members once, when the group formed");
-        let p = &out.first().expect("flagged").evidence["send_phase"];
-        assert_eq!(p["last_in_round"], 2, "{p}");
-        let order: Vec<u64> = p["streams"].as_array().unwrap().iter().map(|s| s["cookie"].as_u64().unwrap()).collect();
-        assert_eq!(order, vec![0, 1, 3, 2], "{p}");
-        assert!(p["order_stability"].as_f64().unwrap() > 0.9, "{p}");
-        assert_eq!(p["loses_first"]["cookie"], 2, "{p}");
-        assert_eq!(p["last_loses_first"], true, "{p}");
-        assert!((p["rtt_ms"].as_f64().unwrap() - 100.0).abs() < 1.0, "{p}");
-    }
-
-    #[test]
-    fn without_rounds_the_send_phase_is_null() {
-        let out = run(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], 10);
-        assert!(out[0].evidence["send_phase"].is_null());
-    }
-
-    #[test]
-    fn one_stream_at_a_tenth_is_flagged_and_named() {
-        let out = run(&[10_000_000, 10_000_000, 1_000_000, 10_000_000], 10);
-        let f = out.first().expect("flagged");
-        assert_eq!(f.cause, "unfair_streams");
-        assert_eq!(f.conn.map(|c| c.cookie), Some(2));
-        assert_eq!(f.evidence["fell_behind_first"]["cookie"], 2);
-        let eff = f.evidence["even_split_efficiency"].as_f64().unwrap();
-        assert!((eff - 4.0 / 31.0).abs() < 0.02, "{eff}");
-    }
-
-    #[test]
-    fn each_stream_carries_its_retransmission_ratio() {
-        let out = run_lossy(&[10_000_000, 10_000_000, 10_000_000, 1_000_000], &[0.002, 0.001, 0.003, 0.02], 10);
-        let streams = out[0].evidence["streams"].as_array().unwrap();
-        let slow = streams.iter().find(|s| s["cookie"] == 3).unwrap();
-        assert!((slow["retrans_ratio"].as_f64().unwrap() - 0.02).abs() < 1e-9, "{slow}");
-        assert!(out[0].evidence["remedy"].as_str().unwrap().contains("RTT/4 apart"));
-    }
-
-    #[test]
-    fn an_unfair_group_ends_when_its_streams_close() {
-        let rates = [10_000_000u64, 10_000_000, 1_000_000, 10_000_000];
-        let mut table = ConnTable::new(false);
-        let mut d = FairnessDetector::new(FairnessConfig::default());
-        let mut out = vec![];
-        let mut t = 0;
-        while t < 10_000_000_000 {
-            t += 50_000_000;
-            for (i, r) in rates.iter().enumerate() {
-                let s = crate::detect::stop::tests_support::sample(2_000_000 + r * t / 1_000_000_000);
-                let ev = Event { ts_ns: t, conn: conn(i as u64), body: Body::Sample(s) };
-                table.apply(&ev);
-                d.observe(&ev, &table);
-            }
-            d.tick(t, &table, &mut out);
-        }
-        assert_eq!(out.len(), 1, "{out:?}");
-        for i in 0..rates.len() {
-            let ev = Event { ts_ns: t + 1, conn: conn(i as u64), body: Body::Close(Default::default()) };
-            table.apply(&ev);
-            d.observe(&ev, &table);
-        }
-        d.tick(t + 1_000_000_000, &table, &mut out);
-        let end = out.last().expect("an end report");
-        assert!(!end.ongoing && end.group == out[0].group && end.start_ns == out[0].start_ns, "{end:?}");
-        assert_eq!(end.conn.map(|c| c.cookie), Some(2));
-        assert!(end.duration_s.is_some_and(|d| d > 5.0), "{end:?}");
-        // It still names every stream with its share (a dump draws the group from them).
-        assert_eq!(end.evidence["ended"], "streams_closed");
-        let streams = end.evidence["streams"].as_array().expect("streams in the end report");
-        assert_eq!(streams.len(), 4, "{end:?}");
-        assert!(streams.iter().any(|s| s["cookie"] == 2 && s["share"].as_f64().unwrap() < 0.05));
-        // Nothing is kept for it, and nothing more is reported.
-        assert!(d.groups.is_empty());
-        d.tick(t + 2_000_000_000, &table, &mut out);
-        assert_eq!(out.len(), 2);
-    }
-
-    #[test]
-    fn equal_streams_are_not_flagged() {
-        assert!(run(&[10_000_000; 4], 10).is_empty());
-    }
-
-    #[test]
-    fn jain_index_is_one_for_equal_and_one_over_n_for_a_single_stream() {
-        assert!((jain(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-9);
-        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-9);
-    }
-
-    #[test]
-    fn rules_choose_the_group_key() {
-        let mut cfg = FairnessConfig::default();
-        cfg.rules.push(GroupRule {
-            remote_cidr: Some("10.0.0.0/24".into()),
-            remote_ports: Some((5200, 5210)),
-            comm: None,
-            key: vec![GroupField::RemoteIp],
-        });
-        let mut t = ConnTable::new(false);
-        t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Owner(Owner { pid: 7, ..Default::default() }) });
-        let e = t.get(1).unwrap();
-        assert_eq!(group_key(&cfg, e), "remote=10.0.0.2");
-        assert_eq!(group_key(&FairnessConfig::default(), e), "pid=7,remote=10.0.0.2");
-    }
-}
+mod tests;

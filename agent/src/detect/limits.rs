@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::model::{Body, Event, Finding, FindingKind, Snap};
+use super::DetectConfigError;
+use crate::model::{Body, Event, Finding, LimitReason, PathTag, Snap};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -28,9 +29,9 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if !(0.0..=1.0).contains(&self.limited_fraction) || self.bdp_factor <= 0.0 || self.min_busy_s < 0.0 {
-            return Err("detect.limits: limited_fraction from 0 to 1, bdp_factor > 0, min_busy_s >= 0".into());
+            return Err(DetectConfigError::LimitsRange);
         }
         Ok(())
     }
@@ -41,7 +42,7 @@ struct Conn {
     first: Option<(u64, Snap)>,
     max_rate_bps: f64,
     min_rtt_us: u32,
-    reported: HashSet<&'static str>,
+    reported: HashSet<LimitReason>,
 }
 
 pub struct LimitsDetector {
@@ -113,14 +114,14 @@ impl LimitsDetector {
             "rcvbuf": s.rcvbuf,
             "busy_s": busy,
         });
-        let mut found: Vec<(&'static str, serde_json::Value)> = Vec::new();
+        let mut found: Vec<(LimitReason, serde_json::Value)> = Vec::new();
         // A closed window is a receiver that stopped reading (a zero-window stop), not a buffer to size.
         // A pacing sender (BBR) spends only part of its busy time rwnd-limited even when the window caps it:
         // then the peak delivery per RTT equals the window, which is the same diagnosis.
         let window_use = if s.snd_wnd > 0 { bdp / s.snd_wnd as f64 } else { 0.0 };
         let window_bound = window_use >= WINDOW_BOUND && rwnd / busy.max(1e-9) >= cfg.limited_fraction / 3.0;
         if s.snd_wnd > 0 && busy >= cfg.min_busy_s && (rwnd / busy >= cfg.limited_fraction || window_bound) {
-            found.push(("rwnd_limited", json!({
+            found.push((LimitReason::RwndLimited, json!({
                 "limited_fraction": rwnd / busy,
                 "window_use": window_use,
                 "snd_wnd": s.snd_wnd,
@@ -134,20 +135,20 @@ impl LimitsDetector {
             })));
         }
         if busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
-            found.push(("sndbuf_limited", json!({
+            found.push((LimitReason::SndbufLimited, json!({
                 "limited_fraction": sndbuf / busy,
                 "advice": format!("the send buffer runs dry: raise net.ipv4.tcp_wmem max on this host to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
                 "sysctl": "net.ipv4.tcp_wmem", "side": "sender", "value": suggest,
             })));
         }
         if !s.options.sack {
-            found.push(("no_sack", json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
+            found.push((LimitReason::NoSack, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
         }
         if !s.options.wscale {
-            found.push(("no_wscale", json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
+            found.push((LimitReason::NoWscale, json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
         }
         if s.mss > 0 && s.mss < cfg.small_mss {
-            found.push(("small_mss", json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
+            found.push((LimitReason::SmallMss, json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
         }
         for (cause, extra) in found {
             if !c.reported.insert(cause) {
@@ -159,7 +160,6 @@ impl LimitsDetector {
             }
             out.push(Finding {
                 ts_ns: ev.ts_ns,
-                kind: FindingKind::Limit,
                 conn: Some(ev.conn),
                 group: None,
                 start_ns: t0,
@@ -168,6 +168,7 @@ impl LimitsDetector {
                 cause: cause.into(),
                 owner: None,
                 evidence,
+                path: PathTag::default(),
             });
         }
     }
@@ -176,7 +177,7 @@ impl LimitsDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::record::Options;
+    use crate::model::event::Options;
     use crate::model::{ConnId, Tuple};
 
     fn snap(acked: u64, busy: u64, rwnd: u64, sack: bool) -> Snap {
@@ -251,7 +252,7 @@ mod tests {
         let out = run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, i * 800_000, true)).collect());
         assert_eq!(out.len(), 1, "{out:?}");
         let f = &out[0];
-        assert_eq!(f.cause, "rwnd_limited");
+        assert_eq!(f.cause.as_str(), "rwnd_limited");
         assert_eq!(f.evidence["sysctl"], "net.ipv4.tcp_rmem");
         // 1727 x 1448 B per 100 ms = 25.0 MB/s; x 100 ms = 2.50 MB BDP; x 2.5 = 6.25 MB = 5.96 MiB -> 6 MiB.
         assert_eq!(f.evidence["value"], 6u64 << 20);

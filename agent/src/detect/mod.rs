@@ -4,11 +4,16 @@ pub mod limits;
 pub mod owner;
 pub mod path;
 pub mod phase;
+pub mod pipeline;
 pub mod stop;
+#[cfg(test)]
+pub(crate) mod tests_support;
+
+pub use pipeline::{analyze, Input, Pipeline};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ConnTable, Event, Finding};
+use crate::model::{Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
 
 /// `[detect]` section of the configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,8 +36,25 @@ impl Default for DetectConfig {
     }
 }
 
+/// What is wrong with a `[detect]` section, with the keys and their ranges.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetectConfigError {
+    #[error("detect.stop: rtt_factor from 0 to 100, rate_fraction from 0 to 1")]
+    StopRange,
+    #[error("detect.stop: floor_ms and silent_rtos must be positive")]
+    StopZero,
+    #[error("detect.fairness: window_s from 0.1 to 600, jain_below and ratio_below from 0 to 1, phase_min_rtt_ms from 0 to 10000")]
+    FairnessRange,
+    #[error("detect.fairness.rules: bad remote_cidr {0:?}")]
+    RemoteCidr(String),
+    #[error("detect.limits: limited_fraction from 0 to 1, bdp_factor > 0, min_busy_s >= 0")]
+    LimitsRange,
+    #[error("detect.path: v4_prefix 0-32, v6_prefix 0-128, min_conns at least 2, window_rtts 0-100")]
+    PathRange,
+}
+
 impl DetectConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         self.stop.validate()?;
         self.fairness.validate()?;
         self.path.validate()?;
@@ -40,8 +62,9 @@ impl DetectConfig {
     }
 }
 
-/// All detectors behind one interface: feed events and ticks, collect findings.
-pub struct Detectors {
+/// All detectors behind one interface: feed events and ticks, collect findings. Driven only by
+/// the `Pipeline`.
+pub(crate) struct Detectors {
     /// Connections whose receiver closed its window: their rwnd-limited time is that stop.
     zero_window: std::collections::HashSet<u64>,
     stop: stop::StopDetector,
@@ -75,7 +98,7 @@ impl Detectors {
     /// the sender back, so no separate rwnd-limited finding for that connection.
     fn explain(&mut self, from: usize, out: &mut Vec<Finding>) {
         for f in &out[from..] {
-            if f.cause == "zero_window" {
+            if f.cause == Cause::Stop(StopCause::ZeroWindow) {
                 if let Some(c) = f.conn {
                     self.zero_window.insert(c.cookie);
                 }
@@ -84,7 +107,9 @@ impl Detectors {
         let zw = &self.zero_window;
         let mut i = from;
         while i < out.len() {
-            if out[i].cause == "rwnd_limited" && out[i].conn.is_some_and(|c| zw.contains(&c.cookie)) {
+            if out[i].cause == Cause::Limit(LimitReason::RwndLimited)
+                && out[i].conn.is_some_and(|c| zw.contains(&c.cookie))
+            {
                 out.remove(i);
             } else {
                 i += 1;
@@ -117,42 +142,16 @@ impl Detectors {
     }
 }
 
-/// Replay a recording: fold events in time order, ticking every 50 ms of event time.
-pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
-    let mut sorted: Vec<&Event> = events.iter().collect();
-    sorted.sort_by_key(|e| e.ts_ns);
-    let exact = sorted.iter().any(|e| matches!(e.body, crate::model::Body::LostRetrans(_)));
-    let mut table = ConnTable::new(exact);
-    let mut d = Detectors::new(cfg);
-    let mut out = Vec::new();
-    let step = 50_000_000;
-    let mut next_tick = sorted.first().map(|e| e.ts_ns + step).unwrap_or(0);
-    for ev in &sorted {
-        while next_tick <= ev.ts_ns {
-            d.tick(next_tick, &table, &mut out);
-            next_tick += step;
-        }
-        table.apply(ev);
-        d.observe(ev, &table, &mut out);
-    }
-    // Let findings in progress at the end be reported as such (a few ticks past the last event).
-    for _ in 0..10 {
-        d.tick(next_tick, &table, &mut out);
-        next_tick += step;
-    }
-    out
-}
-
 /// Latest finding per (kind, connection/group, start): ended reports replace ongoing ones.
 pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
     let mut v: Vec<Finding> = Vec::new();
     // A stop's cause may sharpen between its reports; limits of one connection differ by cause.
     let same = |a: &Finding, b: &Finding| {
-        a.kind == b.kind
+        a.kind() == b.kind()
             && a.conn.map(|c| c.cookie) == b.conn.map(|c| c.cookie)
             && a.group == b.group
             && a.start_ns == b.start_ns
-            && (a.kind != crate::model::FindingKind::Limit || a.cause == b.cause)
+            && (a.kind() != FindingKind::Limit || a.cause == b.cause)
     };
     for f in all {
         match v.iter().position(|x| same(x, f)) {
@@ -166,34 +165,34 @@ pub fn final_findings(all: &[Finding]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::FindingKind;
+    use crate::model::PathTag;
 
-    fn f(kind: FindingKind, cause: &str, start: u64, ongoing: bool) -> Finding {
+    fn f(cause: Cause, start: u64, ongoing: bool) -> Finding {
         Finding {
             ts_ns: 0,
-            kind,
             conn: None,
             group: None,
             start_ns: start,
             duration_s: None,
             ongoing,
-            cause: cause.into(),
+            cause,
             owner: None,
             evidence: serde_json::Value::Null,
+            path: PathTag::default(),
         }
     }
 
     #[test]
     fn final_findings_keep_the_last_report_of_a_stop_and_every_limit_cause() {
         let all = vec![
-            f(FindingKind::Stop, "path_silent", 1, true),
-            f(FindingKind::Stop, "rto", 1, false),
-            f(FindingKind::Limit, "no_sack", 5, true),
-            f(FindingKind::Limit, "sndbuf_limited", 5, true),
+            f(StopCause::PathSilent.into(), 1, true),
+            f(StopCause::Rto.into(), 1, false),
+            f(LimitReason::NoSack.into(), 5, true),
+            f(LimitReason::SndbufLimited.into(), 5, true),
         ];
         let fin = final_findings(&all);
-        let causes: Vec<&str> = fin.iter().map(|x| x.cause.as_str()).collect();
-        assert_eq!(causes, vec!["rto", "no_sack", "sndbuf_limited"]);
+        let causes: Vec<Cause> = fin.iter().map(|x| x.cause).collect();
+        assert_eq!(causes, vec![StopCause::Rto.into(), LimitReason::NoSack.into(), LimitReason::SndbufLimited.into()]);
         assert!(!fin[0].ongoing);
     }
 }

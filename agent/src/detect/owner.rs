@@ -1,5 +1,5 @@
 //! Whose stop it is: the network, the receiver or the sending application, from what the sender holds.
-use crate::model::record::{Sample, Snap};
+use crate::model::event::{Sample, Snap};
 pub use crate::model::StopOwner;
 
 /// kernel `icsk_pending` value of the zero-window probe timer (ICSK_TIME_PROBE0).
@@ -122,7 +122,7 @@ fn usable(snd_una: u32, snd_wnd: u32, snd_nxt: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::stop::tests_support::sample;
+    use crate::detect::tests_support::sample;
 
     fn hold(in_flight: u32, unsent: u64, wnd: u64) -> Hold {
         Hold { ts_ns: 1, in_flight, unsent, usable_wnd: wnd, mss: 1448, cwnd: 0, probing: false, exact: true }

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::model::{ConnId, ConnTable, Finding, FindingKind, StopOwner};
+use super::DetectConfigError;
+use crate::model::{Cause, ConnId, ConnTable, Finding, FindingKind, PathScope, PathTag, StopOwner};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -38,13 +39,13 @@ impl Default for PathConfig {
 }
 
 impl PathConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DetectConfigError> {
         if self.v4_prefix > 32
             || self.v6_prefix > 128
             || self.min_conns < 2
             || !(0.0..=100.0).contains(&self.window_rtts)
         {
-            return Err("detect.path: v4_prefix 0-32, v6_prefix 0-128, min_conns at least 2, window_rtts 0-100".into());
+            return Err(DetectConfigError::PathRange);
         }
         Ok(())
     }
@@ -76,7 +77,7 @@ struct Stop {
     id: ConnId,
     start_ns: u64,
     srtt_ms: f64,
-    cause: String,
+    cause: Cause,
     end_ns: Option<u64>,
 }
 
@@ -101,36 +102,32 @@ impl PathDetector {
         PathDetector { cfg, single: HashMap::new(), events: HashMap::new() }
     }
 
-    /// Folds the findings made since `from`: a network stop that belongs to an event is marked
-    /// (`evidence.path_event`: its prefix; exporters print and dump the event instead), and the
-    /// event's finding is added when it forms, changes or ends. Other findings pass through.
+    /// Folds the findings made since `from`: a network stop is tagged with its remote prefix, one
+    /// that belongs to an event with the event (exporters print and dump the event instead), and
+    /// the event's finding is added when it forms, changes or ends. Other findings pass through.
     pub fn fold(&mut self, table: &ConnTable, out: &mut Vec<Finding>, from: usize) {
         let end = out.len();
         for i in from..end {
             let f = &out[i];
-            let (Some(id), true) = (f.conn, f.kind == FindingKind::Stop) else { continue };
+            let (Some(id), true) = (f.conn, f.kind() == FindingKind::Stop) else { continue };
             let prefix = prefix_of(&self.cfg, id.tuple.remote.ip());
             let stop = Stop {
                 id,
                 start_ns: f.start_ns,
                 srtt_ms: f.evidence["srtt_ms"].as_f64().unwrap_or(0.0),
-                cause: f.cause.clone(),
+                cause: f.cause,
                 end_ns: (!f.ongoing).then(|| f.start_ns + (f.duration_s.unwrap_or(0.0) * 1e9) as u64),
             };
             let (ts, network) = (f.ts_ns, f.owner.is_none_or(|o| o == StopOwner::Network));
             if network {
                 // For the per-prefix metric: stops towards one destination across hosts.
-                if let Some(o) = out[i].evidence.as_object_mut() {
-                    o.insert("remote_prefix".into(), prefix.clone().into());
-                }
+                out[i].path.remote_prefix = Some(prefix.clone());
             }
             let joined = self.join(&prefix, stop, network, table);
             if joined == Joined::Single {
                 continue;
             }
-            if let Some(o) = out[i].evidence.as_object_mut() {
-                o.insert("path_event".into(), prefix.clone().into());
-            }
+            out[i].path.event = Some(prefix.clone());
             if let Joined::Report { over } = joined {
                 if let Some(ev) = self.events.get(&prefix) {
                     out.push(finding(&prefix, ev, over, ts));
@@ -176,13 +173,15 @@ impl PathDetector {
             let snap = e.snap.as_ref().map_or(0, |x| x.bytes_acked);
             snap.max(e.last_sample.as_ref().map_or(0, |x| x.bytes_acked))
         };
-        let not_stopped = table
+        let mut not_stopped: Vec<ConnId> = table
             .iter()
             .filter(|e| !e.closed && prefix_of(cfg, e.id.tuple.remote.ip()) == prefix)
             .filter(|e| !near.iter().any(|m| m.id.cookie == e.id.cookie))
             .filter(|e| bytes(e) >= cfg.min_bytes && e.last_ns + 2_000_000_000 >= s.start_ns)
             .map(|e| e.id)
             .collect();
+        // In cookie order, whatever order the table keeps: the same findings every run.
+        not_stopped.sort_by_key(|c| c.cookie);
         let start_ns = near.iter().map(|m| m.start_ns).min().unwrap_or(s.start_ns);
         self.events.insert(prefix.to_string(), Event { start_ns, members: near, not_stopped });
         Joined::Report { over: false }
@@ -210,17 +209,17 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
         *causes.entry(m.cause.as_str()).or_default() += 1;
     }
     // Some connections to the prefix kept delivering: one ECMP member, one host, not the whole path.
-    let scope = if ev.not_stopped.is_empty() { "all" } else { "partial" };
+    let scope = if ev.not_stopped.is_empty() { PathScope::All } else { PathScope::Partial };
     Finding {
         ts_ns: now,
-        kind: FindingKind::Path,
         conn: None,
         group: Some(prefix.to_string()),
         start_ns: first,
         duration_s: over.then(|| end.saturating_sub(first) as f64 / 1e9),
         ongoing: !over,
-        cause: format!("path_stop_{scope}"),
+        cause: scope.into(),
         owner: Some(StopOwner::Network),
+        path: PathTag::default(),
         evidence: json!({
             "prefix": prefix,
             "stopped": ev.members.len(),
@@ -248,8 +247,8 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::stop::tests_support::sample;
-    use crate::model::{Body, Event, Tuple};
+    use crate::detect::tests_support::sample;
+    use crate::model::{Body, Event, StopCause, Tuple};
 
     const MS: u64 = 1_000_000;
 
@@ -267,15 +266,15 @@ mod tests {
     fn stop(c: ConnId, start_ms: u64, ts_ms: u64, owner: StopOwner, ended: Option<f64>) -> Finding {
         Finding {
             ts_ns: ts_ms * MS,
-            kind: FindingKind::Stop,
             conn: Some(c),
             group: None,
             start_ns: start_ms * MS,
             duration_s: ended,
             ongoing: ended.is_none(),
-            cause: "no_ack".into(),
+            cause: StopCause::NoAck.into(),
             owner: Some(owner),
             evidence: json!({"srtt_ms": 20.0}),
+            path: PathTag::default(),
         }
     }
 
@@ -303,27 +302,27 @@ mod tests {
         // The first stop is reported alone: nothing says yet that it is more.
         let out = fold(&mut d, &t, stop(a, 1000, 1180, StopOwner::Network, None));
         assert_eq!(out.len(), 1);
-        assert!(out[0].evidence.get("path_event").is_none());
+        assert_eq!(out[0].path.event, None);
         // Another prefix: not part of it.
         let out = fold(&mut d, &t, stop(c, 1010, 1190, StopOwner::Network, None));
         assert_eq!(out.len(), 1, "{out:?}");
         // A second connection to 10.72.1.0/24 stopped 20 ms later: one path event.
         let out = fold(&mut d, &t, stop(b, 1020, 1200, StopOwner::Network, None));
         assert_eq!(out.len(), 2, "{out:?}");
-        assert_eq!(out[0].evidence["path_event"], "10.72.1.0/24");
+        assert_eq!(out[0].path.event.as_deref(), Some("10.72.1.0/24"));
         let ev = &out[1];
-        assert_eq!((ev.kind, ev.group.as_deref(), ev.ongoing), (FindingKind::Path, Some("10.72.1.0/24"), true));
+        assert_eq!((ev.kind(), ev.group.as_deref(), ev.ongoing), (FindingKind::Path, Some("10.72.1.0/24"), true));
         assert_eq!(ev.start_ns, 1000 * MS);
         assert_eq!(ev.evidence["stopped"], 2);
         assert_eq!(ev.evidence["not_stopped"], 1, "connection 4 kept delivering: {}", ev.evidence);
-        assert_eq!(ev.cause, "path_stop_partial");
-        let cookies = crate::plot::finding_cookies(ev);
+        assert_eq!(ev.cause, Cause::Path(PathScope::Partial));
+        let cookies = ev.cookies();
         assert_eq!(cookies, vec![1, 2], "the dump holds both members and only them");
         // The members' later reports are the event's; it ends when the last member's stop ends.
         let out = fold(&mut d, &t, stop(a, 1000, 3000, StopOwner::Network, Some(2.0)));
-        assert!(out.iter().all(|f| f.kind != FindingKind::Path || f.ongoing), "{out:?}");
+        assert!(out.iter().all(|f| f.kind() != FindingKind::Path || f.ongoing), "{out:?}");
         let out = fold(&mut d, &t, stop(b, 1020, 3100, StopOwner::Network, Some(2.05)));
-        let end = out.iter().find(|f| f.kind == FindingKind::Path).expect("the event ends");
+        let end = out.iter().find(|f| f.kind() == FindingKind::Path).expect("the event ends");
         assert!(!end.ongoing);
         assert!((end.duration_s.unwrap() - 2.07).abs() < 1e-6, "{end:?}");
     }
@@ -354,7 +353,7 @@ mod tests {
         all.extend(fold(&mut d, &t, stop(a, 1000, 2000, StopOwner::Network, Some(1.0))));
         // 5 s later: another stop on its own.
         all.extend(fold(&mut d, &t, stop(b, 6000, 6200, StopOwner::Network, None)));
-        assert!(all.iter().all(|f| f.kind == FindingKind::Stop && f.evidence.get("path_event").is_none()), "{all:?}");
+        assert!(all.iter().all(|f| f.kind() == FindingKind::Stop && f.path.event.is_none()), "{all:?}");
     }
 
     #[test]

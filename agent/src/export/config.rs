@@ -64,7 +64,7 @@ impl Default for ExportConfig {
 
 /// What is wrong with an `[export]` section.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConfigError {
+pub enum ExportConfigError {
     #[error("export.top_k = {0}: must be from 1 to {MAX_TOP_K}")]
     TopK(usize),
     #[error("export.series_cap = {got}: must be at least {min} (the series the agent always exports plus one per-connection set)")]
@@ -84,28 +84,28 @@ pub const MAX_GROUPS: usize = 1000;
 
 impl ExportConfig {
     /// Check values that serde cannot: ranges, filters, the series budget.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ExportConfigError> {
         if self.top_k == 0 || self.top_k > MAX_TOP_K {
-            return Err(ConfigError::TopK(self.top_k));
+            return Err(ExportConfigError::TopK(self.top_k));
         }
         if self.max_groups > MAX_GROUPS {
-            return Err(ConfigError::MaxGroups(self.max_groups));
+            return Err(ExportConfigError::MaxGroups(self.max_groups));
         }
-        let min = super::metrics::min_series_cap();
+        let min = super::series::min_series_cap();
         if self.series_cap < min {
-            return Err(ConfigError::SeriesCap { got: self.series_cap, min });
+            return Err(ExportConfigError::SeriesCap { got: self.series_cap, min });
         }
         if self.events.as_deref() == Some("") {
-            return Err(ConfigError::EmptyEvents);
+            return Err(ExportConfigError::EmptyEvents);
         }
         for t in &self.transfers {
             let ok = !t.name.is_empty()
                 && t.name.len() <= 32
                 && t.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
             if !ok {
-                return Err(ConfigError::TransferName(t.name.clone()));
+                return Err(ExportConfigError::TransferName(t.name.clone()));
             }
-            t.filter.parse::<Filter>().map_err(|e| ConfigError::TransferFilter(e.to_string()))?;
+            t.filter.parse::<Filter>().map_err(|e| ExportConfigError::TransferFilter(e.to_string()))?;
         }
         Ok(())
     }
@@ -146,7 +146,7 @@ mod tests {
         f.export.validate().unwrap();
         assert_eq!(f.export, ExportConfig::default());
         assert!(text.contains(&format!("series_cap = {}", ExportConfig::default().series_cap)));
-        assert!(text.contains(&format!("At least {}.", super::super::metrics::min_series_cap())));
+        assert!(text.contains(&format!("At least {}.", super::super::series::min_series_cap())));
         // The commented examples are valid too.
         let uncommented: String = text
             .lines()

@@ -2,43 +2,17 @@
 //! one overflow series (`conn="other"`); closed connections' series go away at the next refresh.
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 
-use super::config::ExportConfig;
+use super::families::{ConnFamilies, ConnLabels};
 use crate::model::{Body, ConnEntry, ConnTable, Event, Filter};
 
-/// Series one shown connection adds: cwnd, in_flight, srtt, delivery rate, goodput, efficiency,
-/// stop in progress.
-pub const PER_CONN_SERIES: usize = 7;
 /// How much of its score a connection keeps per refresh when it goes quiet: a stopped transfer
 /// stays in the top-K for a while instead of vanishing exactly when it is interesting.
 const SCORE_DECAY: f64 = 0.9;
 /// A shown connection is only displaced by one this much better (no flapping at the edge).
 const SHOWN_BONUS: f64 = 1.1;
-
-/// Labels of a per-connection series: short, and bounded by top-K.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConnLabels {
-    /// `laddr:lport>raddr:rport`, or `other` for the overflow series.
-    pub conn: String,
-    /// The owning process's command name (at most 16 characters).
-    pub comm: String,
-    /// The transfer this connection belongs to (`export.transfers`), or empty.
-    pub transfer: String,
-}
-
-impl ConnLabels {
-    fn other() -> Self {
-        ConnLabels { conn: "other".into(), comm: String::new(), transfer: String::new() }
-    }
-}
-
-type GaugeF = Gauge<f64, AtomicU64>;
 
 /// Rate state per connection, kept between refreshes.
 #[derive(Debug, Default, Clone)]
@@ -65,17 +39,8 @@ struct View {
 }
 
 #[derive(Debug)]
-pub struct ConnSeries {
-    cwnd: Family<ConnLabels, Gauge>,
-    in_flight: Family<ConnLabels, Gauge>,
-    srtt: Family<ConnLabels, GaugeF>,
-    delivery: Family<ConnLabels, GaugeF>,
-    goodput: Family<ConnLabels, GaugeF>,
-    efficiency: Family<ConnLabels, GaugeF>,
-    stopped: Family<ConnLabels, Gauge>,
-    tracked: Gauge,
-    bulk: Gauge,
-    overflow: Gauge,
+pub struct ConnMetrics {
+    f: ConnFamilies,
     top_k: usize,
     bulk_min_bytes: u64,
     transfers: Vec<(String, Filter)>,
@@ -100,75 +65,23 @@ fn comm(s: &str) -> String {
     s.chars().take(16).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
 }
 
-impl ConnSeries {
-    /// Series that always exist: four overflow gauges, tracked, bulk and overflow counts.
-    pub const FIXED: usize = 4 + 3;
-
-    pub fn new(cfg: &ExportConfig) -> Self {
-        let s = ConnSeries {
-            cwnd: Family::default(),
-            in_flight: Family::default(),
-            srtt: Family::default(),
-            delivery: Family::default(),
-            goodput: Family::default(),
-            efficiency: Family::default(),
-            stopped: Family::default(),
-            tracked: Gauge::default(),
-            bulk: Gauge::default(),
-            overflow: Gauge::default(),
-            top_k: cfg.top_k,
-            bulk_min_bytes: cfg.bulk_min_bytes,
-            transfers: cfg.transfer_filters(),
+impl ConnMetrics {
+    /// `top_k` connections of at least `bulk_min_bytes` get their own series, labelled with the
+    /// first transfer whose filter they match.
+    pub fn new(top_k: usize, bulk_min_bytes: u64, transfers: Vec<(String, Filter)>) -> Self {
+        ConnMetrics {
+            f: ConnFamilies::new(),
+            top_k,
+            bulk_min_bytes,
+            transfers,
             rates: HashMap::new(),
             generation: 0,
             shown: HashMap::new(),
-        };
-        let o = ConnLabels::other();
-        let _ = s.cwnd.get_or_create(&o);
-        let _ = s.in_flight.get_or_create(&o);
-        let _ = s.delivery.get_or_create(&o);
-        let _ = s.goodput.get_or_create(&o);
-        s
+        }
     }
 
     pub fn register(&self, r: &mut Registry) {
-        let seg = || Unit::Other("segments".into());
-        let bps = || Unit::Other("bytes_per_second".into());
-        let top = "(top-K bulk connections by goodput; conn=\"other\" sums the rest)";
-        r.register_with_unit("conn_cwnd", format!("Congestion window {top}"), seg(), self.cwnd.clone());
-        r.register_with_unit("conn_in_flight", format!("Segments in flight {top}"), seg(), self.in_flight.clone());
-        r.register_with_unit(
-            "conn_srtt",
-            "Smoothed RTT (top-K bulk connections only)",
-            Unit::Seconds,
-            self.srtt.clone(),
-        );
-        r.register_with_unit(
-            "conn_delivery_rate",
-            format!("Kernel delivery-rate (ACK-rate) estimate {top}"),
-            bps(),
-            self.delivery.clone(),
-        );
-        r.register_with_unit(
-            "conn_goodput",
-            format!("Bytes acknowledged per second {top}"),
-            bps(),
-            self.goodput.clone(),
-        );
-        r.register_with_unit(
-            "conn_efficiency",
-            "Goodput over the best delivery rate seen on the connection (top-K bulk connections only)",
-            Unit::Other("ratio".into()),
-            self.efficiency.clone(),
-        );
-        r.register(
-            "conn_stop_in_progress",
-            "1 while a stop is going on (top-K bulk connections only)",
-            self.stopped.clone(),
-        );
-        r.register("tracked_connections", "Open connections in the agent's table", self.tracked.clone());
-        r.register("bulk_connections", "Open connections that moved at least export.bulk_min_bytes", self.bulk.clone());
-        r.register("overflow_connections", "Open connections summed into conn=\"other\"", self.overflow.clone());
+        self.f.register(r);
     }
 
     /// Note when a connection's latest sample and snapshot were taken (the fresher one is used).
@@ -190,10 +103,10 @@ impl ConnSeries {
         let t = e.id.tuple;
         let transfer =
             self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
-        let owner = e.owner.as_ref().or(e.snap.as_ref().map(|s| &s.owner));
+        let process = e.process.as_ref().or(e.snap.as_ref().map(|s| &s.process));
         ConnLabels {
             conn: format!("{}>{}", addr(t.local), addr(t.remote)),
-            comm: owner.map(|o| comm(&o.comm)).unwrap_or_default(),
+            comm: process.map(|p| comm(&p.comm)).unwrap_or_default(),
             transfer,
         }
     }
@@ -291,13 +204,13 @@ impl ConnSeries {
         }
         for (cookie, stopped, _, v) in top {
             if let Some(l) = now.get(cookie) {
-                self.cwnd.get_or_create(l).set(v.cwnd);
-                self.in_flight.get_or_create(l).set(v.in_flight);
-                self.srtt.get_or_create(l).set(v.srtt_s);
-                self.delivery.get_or_create(l).set(v.delivery);
-                self.goodput.get_or_create(l).set(v.goodput);
-                self.efficiency.get_or_create(l).set(v.efficiency);
-                self.stopped.get_or_create(l).set(*stopped as i64);
+                self.f.cwnd.get_or_create(l).set(v.cwnd);
+                self.f.in_flight.get_or_create(l).set(v.in_flight);
+                self.f.srtt.get_or_create(l).set(v.srtt_s);
+                self.f.delivery.get_or_create(l).set(v.delivery);
+                self.f.goodput.get_or_create(l).set(v.goodput);
+                self.f.efficiency.get_or_create(l).set(v.efficiency);
+                self.f.stopped.get_or_create(l).set(*stopped as i64);
             }
         }
         let mut sum = View::default();
@@ -308,24 +221,24 @@ impl ConnSeries {
             sum.goodput += v.goodput;
         }
         let o = ConnLabels::other();
-        self.cwnd.get_or_create(&o).set(sum.cwnd);
-        self.in_flight.get_or_create(&o).set(sum.in_flight);
-        self.delivery.get_or_create(&o).set(sum.delivery);
-        self.goodput.get_or_create(&o).set(sum.goodput);
-        self.tracked.set(tracked);
-        self.bulk.set(bulk);
-        self.overflow.set(rest.len() as i64);
+        self.f.cwnd.get_or_create(&o).set(sum.cwnd);
+        self.f.in_flight.get_or_create(&o).set(sum.in_flight);
+        self.f.delivery.get_or_create(&o).set(sum.delivery);
+        self.f.goodput.get_or_create(&o).set(sum.goodput);
+        self.f.tracked.set(tracked);
+        self.f.bulk.set(bulk);
+        self.f.overflow.set(rest.len() as i64);
         self.shown = now;
         self.shown.len()
     }
 
     fn remove(&self, l: &ConnLabels) {
-        self.cwnd.remove(l);
-        self.in_flight.remove(l);
-        self.srtt.remove(l);
-        self.delivery.remove(l);
-        self.goodput.remove(l);
-        self.efficiency.remove(l);
-        self.stopped.remove(l);
+        self.f.cwnd.remove(l);
+        self.f.in_flight.remove(l);
+        self.f.srtt.remove(l);
+        self.f.delivery.remove(l);
+        self.f.goodput.remove(l);
+        self.f.efficiency.remove(l);
+        self.f.stopped.remove(l);
     }
 }

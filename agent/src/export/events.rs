@@ -5,11 +5,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::model::{Finding, Owner};
+use crate::clock::rfc3339;
+use crate::model::{Finding, Process};
 
 /// Where findings go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,51 +37,31 @@ pub struct EventsError {
     pub source: io::Error,
 }
 
-/// Nanoseconds to add to a CLOCK_MONOTONIC time to get wall time (CLOCK_REALTIME), now.
-/// Recompute it now and then (e.g. on every refresh) to follow wall-clock steps.
-pub fn monotonic_to_wall_offset_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let mono = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    (wall - mono).clamp(i64::MIN as i128, i64::MAX as i128) as i64
-}
-
-/// RFC 3339 UTC with microseconds for a monotonic time, given the offset to wall time.
-pub fn rfc3339(mono_ns: u64, offset_ns: i64) -> String {
-    let wall = (mono_ns as i128 + offset_ns as i128).clamp(0, u64::MAX as i128) as u64;
-    humantime::format_rfc3339_micros(UNIX_EPOCH + Duration::from_nanos(wall)).to_string()
-}
-
 /// `schema_version` of every line: docs/schema/events-v1.schema.json. Lines without the field
 /// (written before it existed) are version 1 too.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
 
 /// One finding as the JSON object written on its line.
-pub fn finding_json(f: &Finding, owner: Option<&Owner>, offset_ns: i64) -> Value {
+pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> Value {
     let conn = f.conn.map(|c| {
         json!({
             "cookie": c.cookie,
             "netns": c.netns,
             "local": c.tuple.local.to_string(),
             "remote": c.tuple.remote.to_string(),
-            "pid": owner.map(|o| o.pid),
-            "comm": owner.map(|o| o.comm.as_str()),
+            "pid": process.map(|p| p.pid),
+            "comm": process.map(|p| p.comm.as_str()),
         })
     });
     let mut v = json!({
         "schema_version": EVENTS_SCHEMA_VERSION,
         "ts": rfc3339(f.ts_ns, offset_ns),
-        "kind": f.kind,
+        "kind": f.kind(),
         "conn": conn,
         "start": rfc3339(f.start_ns, offset_ns),
         "duration_s": f.duration_s,
         "cause": f.cause,
-        "evidence": f.evidence,
+        "evidence": f.evidence_json(),
         "ongoing": f.ongoing,
     });
     if let (Some(g), Some(o)) = (&f.group, v.as_object_mut()) {
@@ -152,7 +132,7 @@ impl EventsWriter {
         EventsWriter { target: None, out: Some(out), offset_ns, written: 0, errors: 0 }
     }
 
-    /// Follow a wall-clock step (see `monotonic_to_wall_offset_ns`).
+    /// Follow a wall-clock step (see `clock::mono_to_unix_ns`).
     pub fn set_offset(&mut self, offset_ns: i64) {
         self.offset_ns = offset_ns;
     }
@@ -170,8 +150,8 @@ impl EventsWriter {
         Ok(())
     }
 
-    /// Write one finding as a line and flush. `owner` gives pid and comm (from `ConnTable`).
-    pub fn write(&mut self, f: &Finding, owner: Option<&Owner>) {
+    /// Write one finding as a line and flush. `process` gives pid and comm (from `ConnTable`).
+    pub fn write(&mut self, f: &Finding, process: Option<&Process>) {
         if self.out.is_none() {
             if let Some(t) = &self.target {
                 self.out = open_target(t).ok();
@@ -181,7 +161,7 @@ impl EventsWriter {
             self.errors += 1;
             return;
         };
-        let mut line = finding_json(f, owner, self.offset_ns).to_string();
+        let mut line = finding_json(f, process, self.offset_ns).to_string();
         line.push('\n');
         match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => self.written += 1,
@@ -209,13 +189,12 @@ impl EventsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConnId, FindingKind, Tuple};
+    use crate::model::{ConnId, StopCause, Tuple};
     use std::sync::{Arc, Mutex};
 
     fn stop(ongoing: bool) -> Finding {
         Finding {
             ts_ns: 5_000_000_000,
-            kind: FindingKind::Stop,
             conn: Some(ConnId {
                 cookie: 7,
                 netns: 4026531840,
@@ -225,9 +204,10 @@ mod tests {
             start_ns: 3_500_000_000,
             duration_s: if ongoing { None } else { Some(1.5) },
             ongoing,
-            cause: "rto".into(),
+            cause: StopCause::Rto.into(),
             owner: None,
             evidence: json!({"rtos": 2}),
+            path: Default::default(),
         }
     }
 
@@ -258,8 +238,8 @@ mod tests {
         let buf = Shared::default();
         // Monotonic 0 is 2026-01-01T00:00:00Z.
         let mut w = EventsWriter::with_writer(Box::new(buf.clone()), 1_767_225_600_000_000_000);
-        let owner = Owner { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
-        w.write(&stop(false), Some(&owner));
+        let process = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+        w.write(&stop(false), Some(&process));
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1);
         let v: Value = serde_json::from_str(text.trim_end()).unwrap();

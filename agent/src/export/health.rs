@@ -1,23 +1,14 @@
 //! The agent's own health as metrics: what was dropped or failed, map pressure, which hook
 //! variant runs, BPF run time per program. `Health` is plain data the daemon fills.
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 
-/// At most this many (need, variant) pairs, BPF programs and maps are exported.
-pub const MAX_VARIANTS: usize = 32;
-pub const MAX_PROGRAMS: usize = 64;
-pub const MAX_MAPS: usize = 32;
-/// Fixed health series: dropped (2), decode errors, bpf errors (4), kernel records (2),
-/// events write errors, build info, recorder dumps by outcome (4), recorder memory and connections.
-pub const FIXED_SERIES: usize = 2 + 1 + 4 + 2 + 1 + 1 + DUMP_OUTCOMES.len() + 2 + 1;
-/// Health series at their bounds.
-pub const MAX_SERIES: usize = FIXED_SERIES + MAX_VARIANTS + 3 * MAX_PROGRAMS + 2 * MAX_MAPS;
+use super::families::{
+    HealthFamilies, KindLabels, MapLabels, OutcomeLabels, ProgLabels, StageLabels, VariantLabels, VersionLabels,
+    BPF_ERRORS, DROP_STAGES, DUMP_OUTCOMES, RECORD_KINDS,
+};
+use super::series::{health_fixed_series, MAX_MAPS, MAX_PROGRAMS, MAX_VARIANTS};
 
 /// Cumulative kernel-side counters (summed over CPUs, since the programs were loaded).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,65 +84,12 @@ pub struct Health {
     pub snapshot_seconds: f64,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StageLabels {
-    pub stage: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VariantLabels {
-    pub need: String,
-    pub variant: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProgLabels {
-    pub prog: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MapLabels {
-    pub map: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VersionLabels {
-    pub version: &'static str,
-}
-
-const BPF_ERRORS: [&str; 4] = ["storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail"];
-/// `outcome` values of `tcpvigil_recorder_dumps_total`.
-pub const DUMP_OUTCOMES: [&str; 4] = ["written", "failed", "dropped", "no_history"];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    pub outcome: &'static str,
-}
-
 /// The health families plus the last cumulative values seen, to turn totals into increments.
-#[derive(Debug, Default)]
-pub struct HealthSeries {
-    dropped: Family<StageLabels, Counter>,
-    decode_errors: Counter,
-    bpf_errors: Family<KindLabels, Counter>,
-    kernel_records: Family<KindLabels, Counter>,
-    events_write_errors: Counter,
-    recorder_dumps: Family<OutcomeLabels, Counter>,
-    recorder_memory: Gauge,
-    recorder_conns: Gauge,
-    snapshot_duration: Gauge<f64, AtomicU64>,
-    build_info: Family<VersionLabels, Gauge>,
-    variants: Family<VariantLabels, Gauge>,
-    prog_run_time: Family<ProgLabels, Counter<f64, AtomicU64>>,
-    prog_runs: Family<ProgLabels, Counter>,
-    prog_recursion_misses: Family<ProgLabels, Counter>,
-    map_entries: Family<MapLabels, Gauge>,
-    map_max_entries: Family<MapLabels, Gauge>,
+#[derive(Debug)]
+pub struct HealthMetrics {
+    f: HealthFamilies,
+    /// Series that always exist.
+    fixed: usize,
     last: HashMap<String, u64>,
     shown_variants: HashSet<VariantLabels>,
     shown_progs: HashSet<String>,
@@ -163,82 +101,22 @@ fn short(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-impl HealthSeries {
-    /// Families with their fixed label values created.
+impl HealthMetrics {
     pub fn new() -> Self {
-        let s = HealthSeries::default();
-        for stage in ["ring_buffer", "channel"] {
-            let _ = s.dropped.get_or_create(&StageLabels { stage });
+        let f = HealthFamilies::new();
+        f.build_info.get_or_create(&VersionLabels::this_build()).set(1);
+        HealthMetrics {
+            f,
+            fixed: health_fixed_series(),
+            last: HashMap::new(),
+            shown_variants: HashSet::new(),
+            shown_progs: HashSet::new(),
+            shown_maps: HashSet::new(),
         }
-        for kind in BPF_ERRORS {
-            let _ = s.bpf_errors.get_or_create(&KindLabels { kind });
-        }
-        for kind in ["sample", "event"] {
-            let _ = s.kernel_records.get_or_create(&KindLabels { kind });
-        }
-        for outcome in DUMP_OUTCOMES {
-            let _ = s.recorder_dumps.get_or_create(&OutcomeLabels { outcome });
-        }
-        s.build_info.get_or_create(&VersionLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
-        s
     }
 
     pub fn register(&self, r: &mut Registry) {
-        r.register(
-            "dropped_records",
-            "Kernel records lost: ring buffer full (stage=ring_buffer) or reader channel full (stage=channel)",
-            self.dropped.clone(),
-        );
-        r.register("decode_errors", "Ring-buffer records that failed to decode", self.decode_errors.clone());
-        r.register(
-            "bpf_errors",
-            "Failures counted by the BPF programs (map pressure), by kind",
-            self.bpf_errors.clone(),
-        );
-        r.register("kernel_records", "Records the BPF programs emitted, by kind", self.kernel_records.clone());
-        r.register(
-            "events_write_errors",
-            "Findings the JSON events writer failed to write",
-            self.events_write_errors.clone(),
-        );
-        r.register(
-            "recorder_dumps",
-            "Flight-recorder dumps by outcome: written, failed (IO or drawing), dropped (writer busy), no_history (finding about a connection without history)",
-            self.recorder_dumps.clone(),
-        );
-        r.register_with_unit(
-            "recorder_memory",
-            "Memory the flight recorder's per-connection histories hold",
-            Unit::Bytes,
-            self.recorder_memory.clone(),
-        );
-        r.register("recorder_connections", "Connections with a flight-recorder history", self.recorder_conns.clone());
-        r.register_with_unit(
-            "snapshot_duration",
-            "Time the last snapshot pass (iter/tcp over every network namespace) took",
-            Unit::Seconds,
-            self.snapshot_duration.clone(),
-        );
-        r.register("build_info", "Agent version (always 1)", self.build_info.clone());
-        r.register("hook_variant_info", "Hook variant in use for each need (always 1)", self.variants.clone());
-        r.register_with_unit(
-            "bpf_prog_run_time",
-            "Time spent in each BPF program, estimated from kernel run-time statistics sampled 2 s in every 20 s (bpf.bpf_stats)",
-            Unit::Seconds,
-            self.prog_run_time.clone(),
-        );
-        r.register(
-            "bpf_prog_runs",
-            "Runs of each BPF program, estimated from kernel run-time statistics sampled 2 s in every 20 s (bpf.bpf_stats)",
-            self.prog_runs.clone(),
-        );
-        r.register(
-            "bpf_prog_recursion_misses",
-            "Runs of each BPF program the kernel skipped because it was already running on that CPU (events missed)",
-            self.prog_recursion_misses.clone(),
-        );
-        r.register("bpf_map_entries", "Entries in a BPF map", self.map_entries.clone());
-        r.register("bpf_map_max_entries", "Capacity of a BPF map", self.map_max_entries.clone());
+        self.f.register(r);
     }
 
     /// Increment since the last cumulative value under `key` (a drop restarts from zero).
@@ -254,33 +132,35 @@ impl HealthSeries {
     /// Apply `h`; returns how many health series the scrape now has.
     pub fn refresh(&mut self, h: &Health) -> usize {
         let k = h.kernel;
-        let d = self.delta("ring_full", k.ring_full);
-        self.dropped.get_or_create(&StageLabels { stage: "ring_buffer" }).inc_by(d);
-        let d = self.delta("channel", h.channel_dropped);
-        self.dropped.get_or_create(&StageLabels { stage: "channel" }).inc_by(d);
+        for (stage, (key, v)) in
+            DROP_STAGES.into_iter().zip([("ring_full", k.ring_full), ("channel", h.channel_dropped)])
+        {
+            let d = self.delta(key, v);
+            self.f.dropped.get_or_create(&StageLabels { stage }).inc_by(d);
+        }
         let d = self.delta("decode", h.decode_errors);
-        self.decode_errors.inc_by(d);
+        self.f.decode_errors.inc_by(d);
         let d = self.delta("events_write", h.events_write_errors);
-        self.events_write_errors.inc_by(d);
+        self.f.events_write_errors.inc_by(d);
         for (kind, v) in BPF_ERRORS.into_iter().zip([k.storage_fail, k.rtx_map_full, k.opt_read_fail, k.seq_write_fail])
         {
             let d = self.delta(kind, v);
-            self.bpf_errors.get_or_create(&KindLabels { kind }).inc_by(d);
+            self.f.bpf_errors.get_or_create(&KindLabels { kind }).inc_by(d);
         }
-        for (kind, v) in [("sample", k.samples), ("event", k.events)] {
+        for (kind, v) in RECORD_KINDS.into_iter().zip([k.samples, k.events]) {
             let d = self.delta(kind, v);
-            self.kernel_records.get_or_create(&KindLabels { kind }).inc_by(d);
+            self.f.kernel_records.get_or_create(&KindLabels { kind }).inc_by(d);
         }
         let r = h.recorder;
         for (outcome, v) in
             DUMP_OUTCOMES.into_iter().zip([r.dumps_written, r.dumps_failed, r.dumps_dropped, r.no_history])
         {
             let d = self.delta(&format!("dumps/{outcome}"), v);
-            self.recorder_dumps.get_or_create(&OutcomeLabels { outcome }).inc_by(d);
+            self.f.recorder_dumps.get_or_create(&OutcomeLabels { outcome }).inc_by(d);
         }
-        self.recorder_memory.set(r.memory_bytes.min(i64::MAX as u64) as i64);
-        self.recorder_conns.set(r.conns.min(i64::MAX as u64) as i64);
-        self.snapshot_duration.set(h.snapshot_seconds);
+        self.f.recorder_memory.set(r.memory_bytes.min(i64::MAX as u64) as i64);
+        self.f.recorder_conns.set(r.conns.min(i64::MAX as u64) as i64);
+        self.f.snapshot_duration.set(h.snapshot_seconds);
 
         let variants: HashSet<VariantLabels> = h
             .variants
@@ -289,10 +169,10 @@ impl HealthSeries {
             .map(|(n, v)| VariantLabels { need: short(n), variant: short(v) })
             .collect();
         for gone in self.shown_variants.difference(&variants) {
-            self.variants.remove(gone);
+            self.f.variants.remove(gone);
         }
         for l in &variants {
-            self.variants.get_or_create(l).set(1);
+            self.f.variants.get_or_create(l).set(1);
         }
         self.shown_variants = variants;
 
@@ -302,17 +182,17 @@ impl HealthSeries {
             let l = ProgLabels { prog: name.clone() };
             let t = self.delta(&format!("prog_ns/{name}"), p.run_time_ns);
             let n = self.delta(&format!("prog_cnt/{name}"), p.run_cnt);
-            self.prog_run_time.get_or_create(&l).inc_by(t as f64 / 1e9);
-            self.prog_runs.get_or_create(&l).inc_by(n);
+            self.f.prog_run_time.get_or_create(&l).inc_by(t as f64 / 1e9);
+            self.f.prog_runs.get_or_create(&l).inc_by(n);
             let m = self.delta(&format!("prog_miss/{name}"), p.recursion_misses);
-            self.prog_recursion_misses.get_or_create(&l).inc_by(m);
+            self.f.prog_recursion_misses.get_or_create(&l).inc_by(m);
             progs.insert(name);
         }
         for gone in self.shown_progs.difference(&progs) {
             let l = ProgLabels { prog: gone.clone() };
-            self.prog_run_time.remove(&l);
-            self.prog_runs.remove(&l);
-            self.prog_recursion_misses.remove(&l);
+            self.f.prog_run_time.remove(&l);
+            self.f.prog_runs.remove(&l);
+            self.f.prog_recursion_misses.remove(&l);
             self.last.remove(&format!("prog_miss/{gone}"));
             self.last.remove(&format!("prog_ns/{gone}"));
             self.last.remove(&format!("prog_cnt/{gone}"));
@@ -322,17 +202,17 @@ impl HealthSeries {
         let mut maps = HashSet::new();
         for m in h.maps.iter().take(MAX_MAPS) {
             let l = MapLabels { map: short(&m.name) };
-            self.map_entries.get_or_create(&l).set(m.entries.min(i64::MAX as u64) as i64);
-            self.map_max_entries.get_or_create(&l).set(m.max_entries.min(i64::MAX as u64) as i64);
+            self.f.map_entries.get_or_create(&l).set(m.entries.min(i64::MAX as u64) as i64);
+            self.f.map_max_entries.get_or_create(&l).set(m.max_entries.min(i64::MAX as u64) as i64);
             maps.insert(l.map);
         }
         for gone in self.shown_maps.difference(&maps) {
             let l = MapLabels { map: gone.clone() };
-            self.map_entries.remove(&l);
-            self.map_max_entries.remove(&l);
+            self.f.map_entries.remove(&l);
+            self.f.map_max_entries.remove(&l);
         }
         self.shown_maps = maps;
 
-        FIXED_SERIES + self.shown_variants.len() + 3 * self.shown_progs.len() + 2 * self.shown_maps.len()
+        self.fixed + self.shown_variants.len() + 3 * self.shown_progs.len() + 2 * self.shown_maps.len()
     }
 }

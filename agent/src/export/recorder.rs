@@ -12,26 +12,26 @@ use std::io::{BufWriter, Write};
 use std::mem::size_of;
 use std::path::{Path, PathBuf};
 
-use crate::model::record::StateChange;
+use crate::model::event::StateChange;
 use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Retrans, Rto};
-use crate::plot;
 use crate::recording::{self, Header};
+use crate::{clock, plot};
 
 mod codec;
 mod config;
 pub mod sink;
 use codec::SampleLog;
 pub use codec::CHUNK_BYTES;
-pub use config::RecorderConfig;
+pub use config::{RecorderConfig, RecorderConfigError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] RecorderConfigError),
     #[error("recorder: writing the dump in {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("recorder: drawing the dump's pictures: {0:#}")]
-    Plot(anyhow::Error),
+    #[error("recorder: drawing the dump's pictures: {0}")]
+    Plot(#[from] plot::PlotError),
 }
 
 /// How long a dump waits for an ongoing finding to end before it is written anyway, seconds.
@@ -40,7 +40,7 @@ pub const FOLLOW_S: f64 = 60.0;
 /// A connection with this many bytes acknowledged in a snapshot is bulk even without samples.
 pub const BULK_BYTES: u64 = 1 << 20;
 
-/// One stored event other than a sample: loss events inline, snapshots and owners boxed so that
+/// One stored event other than a sample: loss events inline, snapshots and processes boxed so that
 /// they do not make every slot as large as a snapshot. Samples go to the compact `SampleLog`.
 #[derive(Debug, Clone)]
 enum Item {
@@ -90,8 +90,8 @@ fn stored_bytes(s: &Stored) -> usize {
             Item::Other(b) => {
                 size_of::<Body>()
                     + match b.as_ref() {
-                        Body::Snapshot(s) | Body::Close(s) => s.cc.capacity() + s.owner.comm.capacity(),
-                        Body::Owner(o) => o.comm.capacity(),
+                        Body::Snapshot(s) | Body::Close(s) => s.cc.capacity() + s.process.comm.capacity(),
+                        Body::Process(o) => o.comm.capacity(),
                         _ => 0,
                     }
             }
@@ -107,7 +107,7 @@ struct History {
     bytes: usize,
     last_ns: u64,
     closed: bool,
-    /// The latest snapshot, kept aside so a dump always has options, cc and owner.
+    /// The latest snapshot, kept aside so a dump always has options, cc and process.
     snap: Option<Box<Body>>,
 }
 
@@ -179,7 +179,7 @@ fn finding_key(f: &Finding) -> (FindingKind, String, u64) {
         (None, Some(c)) => c.cookie.to_string(),
         (None, None) => String::new(),
     };
-    (f.kind, who, f.start_ns)
+    (f.kind(), who, f.start_ns)
 }
 
 impl Recorder {
@@ -300,17 +300,17 @@ impl Recorder {
     /// A new stop or unfair group opens a dump job (returned); a later report of the same finding
     /// extends the open job's window. Limits and findings without history return None.
     pub fn on_finding(&mut self, f: &Finding) -> Option<DumpJob> {
-        if f.kind == FindingKind::Limit || f.evidence.get("path_event").is_some() {
+        if f.kind() == FindingKind::Limit || f.path.event.is_some() {
             // A stop that is part of a path event is dumped with the event.
             return None;
         }
         self.now_ns = self.now_ns.max(f.ts_ns);
-        if f.kind == FindingKind::Path {
+        if f.kind() == FindingKind::Path {
             // One event, one dump: its members' own stop dumps (the first stop is reported alone
             // before the second shows it is a path event) give way to it.
-            let members = plot::finding_cookies(f);
+            let members = f.cookies();
             self.jobs.retain(|j| {
-                !(j.finding.kind == FindingKind::Stop && j.finding.conn.is_some_and(|c| members.contains(&c.cookie)))
+                !(j.finding.kind() == FindingKind::Stop && j.finding.conn.is_some_and(|c| members.contains(&c.cookie)))
             });
         }
         let key = finding_key(f);
@@ -325,7 +325,7 @@ impl Recorder {
             j.until_ns = j.until_ns.max(latest + after).min(limit);
             j.finding = f.clone();
             // A path event grows: connections that stopped after its first report join its dump.
-            for k in plot::finding_cookies(f) {
+            for k in f.cookies() {
                 if self.conns.contains_key(&k) && !j.cookies.contains(&k) {
                     j.cookies.push(k);
                 }
@@ -335,7 +335,7 @@ impl Recorder {
         if self.done.contains(&key) {
             return None;
         }
-        let cookies: Vec<u64> = plot::finding_cookies(f).into_iter().filter(|k| self.conns.contains_key(k)).collect();
+        let cookies: Vec<u64> = f.cookies().into_iter().filter(|k| self.conns.contains_key(k)).collect();
         if cookies.is_empty() {
             self.no_history += 1;
             return None;
@@ -406,7 +406,7 @@ impl Recorder {
             starts_ns = starts_ns.min(start);
             let has_snap = events[first..].iter().any(|e| matches!(e.body, Body::Snapshot(_) | Body::Close(_)));
             if let (false, Some(snap)) = (has_snap, &h.snap) {
-                // Options, cc and owner for the picture's title, stamped at the window's start.
+                // Options, cc and process for the picture's title, stamped at the window's start.
                 events.push(Event { ts_ns: start, conn: h.id, body: snap.as_ref().clone() });
             }
         }
@@ -428,32 +428,11 @@ impl Recorder {
     }
 }
 
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's algorithm).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `stop-40961-20231114T221320Z`: kind, who, when it started (UTC).
 pub fn dump_name(job: &DumpJob, mono_to_unix_ns: i64) -> String {
-    let unix = (job.finding.start_ns as i64 + mono_to_unix_ns).div_euclid(1_000_000_000);
-    let (y, mo, d) = civil(unix.div_euclid(86_400));
-    let s = unix.rem_euclid(86_400);
-    let kind = match job.finding.kind {
-        FindingKind::Stop => "stop",
-        FindingKind::Unfair => "unfair",
-        FindingKind::Limit => "limit",
-        FindingKind::Path => "path",
-    };
+    let kind = job.finding.kind();
     let who = job.finding.conn.map_or_else(|| format!("job{}", job.id), |c| c.cookie.to_string());
-    format!("{kind}-{who}-{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z", s / 3600, s / 60 % 60, s % 60)
+    format!("{kind}-{who}-{}", clock::compact_utc(job.finding.start_ns, mono_to_unix_ns))
 }
 
 /// Write `dir/NAME/recording.jsonl` (the recording format, so `analyze` and `plot` read it),
@@ -489,10 +468,9 @@ fn write_dump_via(dump: &ReadyDump, header: &Header, tmp: &Path, fin: &Path) -> 
     }
     w.flush().map_err(io(&rec_path))?;
     drop(w);
-    let f_path = plot::findings_path_for(&rec_path);
-    let mut line = serde_json::to_vec(&dump.job.finding).map_err(|e| io(&f_path)(e.into()))?;
-    line.push(b'\n');
-    std::fs::write(&f_path, line).map_err(io(&f_path))?;
+    let f_path = recording::findings_path_for(&rec_path);
+    let file = std::fs::File::create(&f_path).map_err(io(&f_path))?;
+    recording::write_findings(BufWriter::new(file), std::slice::from_ref(&dump.job.finding)).map_err(io(&f_path))?;
     let rec = recording::Recording { header: h, events: dump.events.clone(), truncated_tail: false };
     plot::plot_recording(&rec, None, std::slice::from_ref(&dump.job.finding), tmp).map_err(RecorderError::Plot)?;
     if fin.exists() {

@@ -7,8 +7,12 @@ use serde_json::json;
 
 use super::config::{ExportConfig, TransferRule};
 use super::health::{Health, KernelCounters, ProgStats};
-use super::metrics::{fixed_series, min_series_cap, Metrics};
-use crate::model::{Body, ConnId, ConnTable, Event, Finding, FindingKind, Owner, Retrans, Rto, Snap, Tuple};
+use super::metrics::Metrics;
+use super::series::{fixed_series, min_series_cap};
+use crate::model::{
+    Body, Cause, ConnId, ConnTable, Event, Finding, LimitReason, PathScope, PathTag, Process, Retrans, Rto, Snap,
+    StopCause, Tuple,
+};
 
 pub(crate) fn scrape(r: &Registry) -> String {
     let mut s = String::new();
@@ -123,7 +127,7 @@ pub(crate) fn snap(bytes: u64) -> Snap {
         rate_delivered: 100,
         rate_interval_us: 10_000,
         bytes_acked: bytes,
-        owner: Owner { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
+        process: Process { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
         ..Snap::default()
     }
 }
@@ -168,7 +172,7 @@ fn an_idle_scrape_has_exactly_the_fixed_series_and_is_valid_openmetrics() {
     m.refresh(&ConnTable::new(false), &Health::default());
     let text = scrape(&r);
     check_openmetrics(&text).unwrap();
-    assert_eq!(series(&text).len(), fixed_series() + super::health::FIXED_SERIES, "{text}");
+    assert_eq!(series(&text).len(), fixed_series() + super::series::health_fixed_series(), "{text}");
 }
 
 #[test]
@@ -204,14 +208,14 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         conn(1),
         Body::Rto(Rto { retransmits: 1, rto_us: 200_000, backoff: 1, cwnd: 1, packets_out: 1, ..Default::default() }),
     ));
-    m.on_finding(&finding(FindingKind::Stop, 1, "rto", true, None));
-    m.on_finding(&finding(FindingKind::Limit, 2, "rwnd_limited", true, None));
+    m.on_finding(&finding(1, StopCause::Rto, true, None));
+    m.on_finding(&finding(2, LimitReason::RwndLimited, true, None));
     m.on_finding(&Finding {
         group: Some("iperf3->10.1.0.1".into()),
         owner: None,
         evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4,
             "send_phase": {"order_stability": 0.875}}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+        ..finding(3, Cause::UnfairStreams, true, None)
     });
     m.refresh(&t, &health());
     let text = scrape(&r);
@@ -244,10 +248,9 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     }
 }
 
-pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, duration_s: Option<f64>) -> Finding {
+pub(crate) fn finding(i: u32, cause: impl Into<Cause>, ongoing: bool, duration_s: Option<f64>) -> Finding {
     Finding {
         ts_ns: 2_000_000_000,
-        kind,
         conn: Some(conn(i)),
         group: None,
         start_ns: 1_500_000_000,
@@ -256,6 +259,7 @@ pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, dur
         cause: cause.into(),
         owner: None,
         evidence: json!({}),
+        path: PathTag::default(),
     }
 }
 
@@ -263,24 +267,21 @@ pub(crate) fn finding(kind: FindingKind, i: u32, cause: &str, ongoing: bool, dur
 fn a_stop_is_counted_once_when_it_ends_with_its_final_owner_and_cause() {
     use crate::model::StopOwner;
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
-    let stop = |i, owner, cause: &str, ongoing, d| Finding {
-        owner: Some(owner),
-        ..finding(FindingKind::Stop, i, cause, ongoing, d)
-    };
+    let stop = |i, owner, cause: StopCause, ongoing, d| Finding { owner: Some(owner), ..finding(i, cause, ongoing, d) };
     let net = StopOwner::Network;
     // An outage: first no ACK, then its timeouts make it path_silent; in progress under each in turn.
-    m.on_finding(&stop(1, net, "no_ack", true, None));
+    m.on_finding(&stop(1, net, StopCause::NoAck, true, None));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 1\n"), "{text}");
-    m.on_finding(&stop(1, net, "path_silent", true, None));
+    m.on_finding(&stop(1, net, StopCause::PathSilent, true, None));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_in_progress{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 0\n"), "{text}");
-    m.on_finding(&stop(1, net, "path_silent", false, Some(4.2)));
-    // A stalled receiver, and a cause the exporter does not know.
-    m.on_finding(&stop(2, StopOwner::Receiver, "zero_window", true, None));
-    m.on_finding(&stop(3, net, "made_up_cause", false, Some(0.3)));
+    m.on_finding(&stop(1, net, StopCause::PathSilent, false, Some(4.2)));
+    // A stalled receiver, and a stop whose owner is not its cause's (an application's).
+    m.on_finding(&stop(2, StopOwner::Receiver, StopCause::ZeroWindow, true, None));
+    m.on_finding(&stop(3, StopOwner::Application, StopCause::Undetermined, false, Some(0.3)));
     let text = scrape(&r);
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"path_silent\"} 1\n"), "{text}");
     assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"no_ack\"} 0\n"), "{text}");
@@ -305,10 +306,7 @@ fn series_cap_holds_with_10000_connections_to_1000_peers() {
         let mut t = ConnTable::new(false);
         feed(&mut m, &mut t, 10_000);
         for i in 0..200 {
-            m.on_finding(&Finding {
-                group: Some(format!("g{i}")),
-                ..finding(FindingKind::Unfair, i, "unfair_streams", true, None)
-            });
+            m.on_finding(&Finding { group: Some(format!("g{i}")), ..finding(i, Cause::UnfairStreams, true, None) });
         }
         m.refresh(&t, &health());
         let text = scrape(&r);
@@ -438,12 +436,12 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let mut t = ConnTable::new(false);
     feed(&mut m, &mut t, 2000);
-    m.on_finding(&finding(FindingKind::Stop, 3, "rto", false, Some(2.5)));
+    m.on_finding(&finding(3, StopCause::Rto, false, Some(2.5)));
     m.on_finding(&Finding {
         group: Some("g".into()),
         owner: None,
         evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
+        ..finding(3, Cause::UnfairStreams, true, None)
     });
     m.refresh(&t, &health());
     let text = scrape(&r);
@@ -451,59 +449,6 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     let mut om = path.clone();
     om.push(".openmetrics");
     std::fs::write(om, text).unwrap();
-}
-
-/// Every `tcpvigil_*` name the rules and dashboards use is a series a busy agent exports.
-#[test]
-fn rules_and_dashboards_use_only_exported_metric_names() {
-    let cfg = ExportConfig {
-        transfers: vec![TransferRule { name: "t".into(), filter: ":5201".into() }],
-        ..ExportConfig::default()
-    };
-    let (mut m, r) = Metrics::new_registered(&cfg);
-    let mut t = ConnTable::new(false);
-    feed(&mut m, &mut t, 10);
-    m.on_finding(&Finding {
-        group: Some("g".into()),
-        owner: None,
-        evidence: json!({"jain": 0.7}),
-        ..finding(FindingKind::Unfair, 3, "unfair_streams", true, None)
-    });
-    // A network stop in progress to a remote prefix (the per-prefix series exist only then).
-    m.on_finding(&Finding {
-        owner: Some(crate::model::StopOwner::Network),
-        evidence: json!({"remote_prefix": "10.72.1.0/24"}),
-        ..finding(FindingKind::Stop, 4, "no_ack", true, None)
-    });
-    let mut h = health();
-    h.maps.push(super::health::MapUsage { name: "tv_rtx".into(), entries: 1, max_entries: 2 });
-    m.refresh(&t, &h);
-    let text = crate::export::http::to_prometheus_text(&scrape(&r));
-    let exported: BTreeSet<&str> = series(&text).iter().map(|l| l.split(['{', ' ']).next().unwrap_or("")).collect();
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    for file in
-        ["deploy/prometheus/tcpvigil.rules.yml", "dashboards/tcpvigil-fleet.json", "dashboards/tcpvigil-drilldown.json"]
-    {
-        let src = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
-        let bytes = src.as_bytes();
-        let mut i = 0;
-        while let Some(off) = src[i..].find("tcpvigil_") {
-            let start = i + off;
-            let end = start
-                + src[start..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(src.len() - start);
-            let name = &src[start..end];
-            // Recording-rule names (`level:metric:op`) are not exported names.
-            let in_rule_name = start > 0 && bytes[start - 1] == b':' || bytes.get(end) == Some(&b':');
-            if !in_rule_name {
-                let ok = exported.contains(name)
-                    || exported
-                        .iter()
-                        .any(|e| e.strip_prefix(name).is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s)));
-                assert!(ok, "{file} uses {name}, which the agent does not export");
-            }
-            i = end;
-        }
-    }
 }
 
 #[test]
@@ -517,8 +462,8 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let stop = |i, prefix: &str| Finding {
         owner: Some(StopOwner::Network),
-        evidence: json!({"remote_prefix": prefix}),
-        ..finding(FindingKind::Stop, i, "no_ack", true, None)
+        path: PathTag { remote_prefix: Some(prefix.into()), event: None },
+        ..finding(i, StopCause::NoAck, true, None)
     };
     m.on_finding(&stop(1, "10.72.1.0/24"));
     m.on_finding(&stop(2, "10.72.1.0/24"));
@@ -527,7 +472,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
         conn: None,
         group: Some("10.72.1.0/24".into()),
         owner: Some(StopOwner::Network),
-        ..finding(FindingKind::Path, 0, "path_stop_partial", ongoing, d)
+        ..finding(0, PathScope::Partial, ongoing, d)
     };
     m.on_finding(&path(true, None));
     let mut t = ConnTable::new(false);
@@ -545,7 +490,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     }
     // Everything ends: the prefix series go away, the event is counted once.
     for i in 1..=3 {
-        m.on_finding(&finding(FindingKind::Stop, i, "no_ack", false, Some(2.0)));
+        m.on_finding(&finding(i, StopCause::NoAck, false, Some(2.0)));
     }
     m.on_finding(&path(false, Some(2.0)));
     m.refresh(&t, &Health::default());

@@ -13,7 +13,7 @@ use super::http::HttpServer;
 use super::metrics::Metrics;
 use super::tests::{conn, ev, finding, health, snap};
 use super::webconfig::WebConfig;
-use crate::model::{Body, ConnTable, Finding, FindingKind, Retrans, Rto};
+use crate::model::{Body, Cause, ConnTable, Finding, LimitReason, Retrans, Rto, StopCause};
 
 async fn get(addr: SocketAddr, path: &str, auth: Option<(&str, &str)>) -> (u16, String) {
     get_with(addr, path, auth, "").await
@@ -222,19 +222,19 @@ async fn serve_synthetic_metrics_for_prometheus() {
             // A network stop towards a remote prefix: the per-prefix gauge the path-event rules read.
             m.on_finding(&Finding {
                 evidence: json!({"remote_prefix": "10.1.0.0/24"}),
-                ..finding(FindingKind::Stop, 0, "cwnd_collapse", true, None)
+                ..finding(0, StopCause::CwndCollapse, true, None)
             });
-            m.on_finding(&finding(FindingKind::Limit, 1, "rwnd_limited", true, None));
+            m.on_finding(&finding(1, LimitReason::RwndLimited, true, None));
             m.on_finding(&Finding {
                 group: Some("iperf3->10.1.0.1".into()),
                 owner: None,
                 evidence: json!({"jain": 0.66, "min_max_ratio": 0.125, "even_split_efficiency": 0.22, "streams": 8}),
-                ..finding(FindingKind::Unfair, 0, "unfair_streams", true, None)
+                ..finding(0, Cause::UnfairStreams, true, None)
             });
         }
         if k % 5 == 2 {
-            m.on_finding(&Finding { start_ns: ts, ..finding(FindingKind::Stop, 2, "rto", true, None) });
-            m.on_finding(&Finding { start_ns: ts, ..finding(FindingKind::Stop, 2, "rto", false, Some(1.5)) });
+            m.on_finding(&Finding { start_ns: ts, ..finding(2, StopCause::Rto, true, None) });
+            m.on_finding(&Finding { start_ns: ts, ..finding(2, StopCause::Rto, false, Some(1.5)) });
         }
         h.kernel.ring_full += 3;
         h.kernel.rtx_map_full += 1;

@@ -109,7 +109,7 @@ impl WebConfig {
     /// Read and check a web-config file: YAML syntax, unknown keys, bcrypt hashes, certificate
     /// and key files, TLS versions and client-auth settings.
     pub fn load(path: &Path) -> Result<Self, WebConfigError> {
-        let text = crate::config::read_capped(path, crate::config::MAX_CONFIG_BYTES)
+        let text = crate::textfile::read_capped(path, crate::textfile::MAX_CONFIG_BYTES)
             .map_err(|source| WebConfigError::Read { path: path.into(), source })?;
         Self::parse(&text, path)
     }

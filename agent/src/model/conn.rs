@@ -1,4 +1,4 @@
-//! Connection identity: socket cookie, network namespace and 4-tuple, plus the owning process.
+//! Connection identity: socket cookie, network namespace and 4-tuple, plus its process.
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
@@ -38,9 +38,10 @@ impl fmt::Display for ConnId {
     }
 }
 
-/// The process that first sent on the connection.
+/// The process a socket belongs to: the one that first sent on it (or connected, listened,
+/// accepted). Not whose stop it is: that is a stop's owner (`StopOwner`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct Owner {
+pub struct Process {
     pub pid: u32,
     pub uid: u32,
     pub cgroup_id: u64,

@@ -1,15 +1,15 @@
 //! The connection table: the latest known state of every connection, updated from events.
 use std::collections::HashMap;
 
-use super::conn::{ConnId, Owner};
-use super::record::{Body, Event, Sample, Snap};
+use super::conn::{ConnId, Process};
+use super::event::{Body, Event, Sample, Snap};
 
 #[derive(Debug, Clone)]
 pub struct ConnEntry {
     pub id: ConnId,
     pub first_ns: u64,
     pub last_ns: u64,
-    pub owner: Option<Owner>,
+    pub process: Option<Process>,
     pub snap: Option<Snap>,
     pub last_sample: Option<Sample>,
     pub retrans_segs: u64,
@@ -24,7 +24,7 @@ impl ConnEntry {
             id,
             first_ns: ts,
             last_ns: ts,
-            owner: None,
+            process: None,
             snap: None,
             last_sample: None,
             retrans_segs: 0,
@@ -109,10 +109,10 @@ impl ConnTable {
                 }
             }
             Body::Rto(_) => e.rtos += 1,
-            Body::Owner(o) => e.owner = Some(o.clone()),
+            Body::Process(p) => e.process = Some(p.clone()),
             Body::Snapshot(s) => {
-                if e.owner.is_none() && s.owner.pid != 0 {
-                    e.owner = Some(s.owner.clone());
+                if e.process.is_none() && s.process.pid != 0 {
+                    e.process = Some(s.process.clone());
                 }
                 e.snap = Some(s.clone());
             }
@@ -157,7 +157,7 @@ impl ConnTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::record::StateChange;
+    use crate::model::event::StateChange;
     use crate::model::{ConnId, Tuple};
 
     fn ev(cookie: u64, ts_ns: u64, body: Body) -> Event {

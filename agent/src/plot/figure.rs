@@ -3,8 +3,8 @@
 use super::series::ConnSeries;
 use super::svg::{Panel, Svg};
 use crate::detect::phase::{self, StreamRounds};
-use crate::model::record::ca_state_name;
-use crate::watch::state::{human_bps, jain};
+use crate::model::event::ca_state_name;
+use crate::model::units::{human_bps, jain};
 
 pub const WIDTH: u32 = 1200;
 pub const HEIGHT: u32 = 800;
@@ -41,6 +41,11 @@ fn legend(svg: &mut Svg, y: f64, items: &[(&str, &str)]) {
         svg.line((LEGEND_X, yy), (LEGEND_X + 22.0, yy), color, 3.0, None);
         svg.text(LEGEND_X + 28.0, yy + 4.0, 12.0, "start", "#222", name, None, false);
     }
+}
+
+/// A panel's caption, at its top right.
+fn caption(svg: &mut Svg, p: &Panel, text: &str) {
+    svg.text(p.x + p.w - 4.0, p.y + 14.0, 11.0, "end", "#333", text, None, false);
 }
 
 fn max_of(v: impl Iterator<Item = f64>) -> f64 {
@@ -107,16 +112,7 @@ pub fn conn_figure(s: &ConnSeries) -> String {
         };
         svg.text(a.px(st.from.max(xr.0)) + 4.0, a.y + 14.0, 12.0, "start", "#a61e1e", &label, None, true);
     }
-    svg.text(
-        a.x + a.w - 4.0,
-        a.y + 14.0,
-        11.0,
-        "end",
-        "#333",
-        &format!("(a) goodput per {:.0} ms bin (≈1 RTT)", s.bin_s * 1e3),
-        None,
-        false,
-    );
+    caption(&mut svg, &a, &format!("(a) goodput per {:.0} ms bin (≈1 RTT)", s.bin_s * 1e3));
     legend(&mut svg, a.y, &[(C_GOODPUT, "goodput"), ("#555", "max delivery"), (C_STOP, "stop")]);
 
     // (b) window and scoreboard, with the CA band above it.
@@ -159,7 +155,7 @@ pub fn conn_figure(s: &ConnSeries) -> String {
     for &(t, _) in &s.lost_retrans {
         svg.cross((b.px(t), b.y + 22.0), 4.0, "#c92a2a");
     }
-    svg.text(b.x + b.w - 4.0, b.y + 14.0, 11.0, "end", "#333", "(b) window and scoreboard", None, false);
+    caption(&mut svg, &b, "(b) window and scoreboard");
     legend(
         &mut svg,
         band_y,
@@ -253,16 +249,7 @@ pub fn group_figure(title: &str, streams: &[ConnSeries]) -> String {
         svg.polyline(&px, STREAM_COLORS[i % STREAM_COLORS.len()], 1.6, None, None);
     }
     let bin = streams.first().map_or(0.0, |s| s.bin_s);
-    svg.text(
-        a.x + a.w - 4.0,
-        a.y + 14.0,
-        11.0,
-        "end",
-        "#333",
-        &format!("goodput per {:.0} ms bin", bin * 1e3),
-        None,
-        false,
-    );
+    caption(&mut svg, &a, &format!("goodput per {:.0} ms bin", bin * 1e3));
     let names: Vec<String> =
         streams.iter().zip(&means).map(|(s, m)| format!(":{} {}", s.id.tuple.local.port(), human_bps(*m))).collect();
     let items: Vec<(&str, &str)> =

@@ -12,13 +12,11 @@ pub mod synth;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
-
 use crate::model::{Event, Filter, Finding, FindingKind};
-use crate::recording::{self, Recording};
+use crate::recording::{self, FindingsError, Recording};
 use series::ConnSeries;
 
 pub use figure::{HEIGHT, WIDTH};
@@ -40,65 +38,51 @@ pub struct PlotArgs {
     pub findings: Option<PathBuf>,
 }
 
-/// Where the findings that go with a recording are kept: `X.jsonl` -> `X.findings.jsonl`.
-pub fn findings_path_for(recording: &Path) -> PathBuf {
-    recording.with_extension("findings.jsonl")
-}
-
-/// Read findings, one JSON object per line; a bad line is an error naming it.
-pub fn read_findings(path: &Path) -> anyhow::Result<Vec<Finding>> {
-    let f = File::open(path).with_context(|| format!("cannot open the findings {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let finding = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a tcpvigil finding", path.display(), i + 1))?;
-        out.push(finding);
-    }
-    Ok(out)
+/// Why pictures could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("cannot open {}: {err}", path.display())]
+    Open { path: PathBuf, err: std::io::Error },
+    #[error("{}: {err}", path.display())]
+    Recording { path: PathBuf, err: recording::RecordingError },
+    #[error(transparent)]
+    Findings(#[from] FindingsError),
+    #[error("creating {}: {err}", path.display())]
+    Create { path: PathBuf, err: std::io::Error },
+    #[error("writing {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("rasterising {stem}: {err}")]
+    Raster { stem: String, err: svg::RasterError },
 }
 
 /// `tcpvigil plot`: read the recording (and findings) and write the pictures.
-pub fn run(args: &PlotArgs) -> anyhow::Result<Vec<PathBuf>> {
-    let file = File::open(&args.recording).with_context(|| format!("cannot open {}", args.recording.display()))?;
-    let rec = recording::read(BufReader::new(file)).with_context(|| args.recording.display().to_string())?;
-    let sibling = findings_path_for(&args.recording);
-    let findings = match &args.findings {
-        Some(p) => read_findings(p)?,
-        None if sibling.exists() => read_findings(&sibling)?,
-        None => Vec::new(),
-    };
+pub fn run(args: &PlotArgs) -> Result<Vec<PathBuf>, PlotError> {
+    let path = &args.recording;
+    let file = File::open(path).map_err(|err| PlotError::Open { path: path.clone(), err })?;
+    let rec = recording::read(BufReader::new(file)).map_err(|err| PlotError::Recording { path: path.clone(), err })?;
+    let findings = findings_for(path, args.findings.as_deref(), &rec)?;
     plot_recording(&rec, args.conn.as_ref(), &findings, &args.out)
 }
 
-/// Cookies an `unfair` finding names: its connection and any `cookie`/`cookies` in its evidence.
-pub fn finding_cookies(f: &Finding) -> Vec<u64> {
-    fn walk(v: &serde_json::Value, key: Option<&str>, out: &mut Vec<u64>) {
-        match v {
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| walk(v, Some(k), out)),
-            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, key, out)),
-            serde_json::Value::Number(n) if matches!(key, Some("cookie") | Some("cookies")) => {
-                out.extend(n.as_u64());
-            }
-            _ => {}
-        }
+/// The findings a recording's pictures shade: the file given, else the recording's findings
+/// sibling, else what the detectors find in it.
+pub fn findings_for(path: &Path, given: Option<&Path>, rec: &Recording) -> Result<Vec<Finding>, FindingsError> {
+    let sibling = recording::findings_path_for(path);
+    match given {
+        Some(p) => recording::read_findings(p),
+        None if sibling.exists() => recording::read_findings(&sibling),
+        None => Ok(crate::detect::final_findings(&crate::detect::analyze(&rec.events, &Default::default()))),
     }
-    let mut out: Vec<u64> = f.conn.iter().map(|c| c.cookie).collect();
-    walk(&f.evidence, None, &mut out);
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
-fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let svg_path = out_dir.join(format!("{stem}.svg"));
-    std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
-    let png = svg::png(svg).with_context(|| format!("rasterising {stem}"))?;
-    let png_path = out_dir.join(format!("{stem}.png"));
-    std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
+fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> Result<(), PlotError> {
+    let write = |path: PathBuf, bytes: &[u8]| match std::fs::write(&path, bytes) {
+        Ok(()) => Ok(path),
+        Err(err) => Err(PlotError::Write { path, err }),
+    };
+    let svg_path = write(out_dir.join(format!("{stem}.svg")), svg.as_bytes())?;
+    let png = svg::png(svg).map_err(|err| PlotError::Raster { stem: stem.to_string(), err })?;
+    let png_path = write(out_dir.join(format!("{stem}.png")), &png)?;
     written.push(svg_path);
     written.push(png_path);
     Ok(())
@@ -111,8 +95,8 @@ pub fn plot_recording(
     filter: Option<&Filter>,
     findings: &[Finding],
     out_dir: &Path,
-) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+) -> Result<Vec<PathBuf>, PlotError> {
+    std::fs::create_dir_all(out_dir).map_err(|err| PlotError::Create { path: out_dir.into(), err })?;
     let t0 = rec.events.iter().map(|e| e.ts_ns).min().unwrap_or(0);
     let mut by_conn: BTreeMap<u64, Vec<&Event>> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();
@@ -142,10 +126,10 @@ pub fn plot_recording(
     // Groups: what unfair findings and path events name, else streams sharing local address and
     // remote end.
     let mut groups: Vec<(String, Vec<u64>)> = Vec::new();
-    for f in findings.iter().filter(|f| matches!(f.kind, FindingKind::Unfair | FindingKind::Path)) {
-        let members = finding_cookies(f);
+    for f in findings.iter().filter(|f| matches!(f.kind(), FindingKind::Unfair | FindingKind::Path)) {
+        let members = f.cookies();
         let name = f.group.clone().unwrap_or_else(|| "unfair group".into());
-        let title = match f.kind {
+        let title = match f.kind() {
             FindingKind::Path => format!("path event: the connections to {name}"),
             _ => format!("parallel streams: {name}"),
         };

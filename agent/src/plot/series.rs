@@ -1,6 +1,6 @@
 //! What the pictures draw, extracted from one connection's events: goodput bins, scoreboard,
 //! CA states, RTOs, (lost) retransmissions, sequence progress and stop intervals.
-use crate::model::{Body, ConnId, Event, Finding, FindingKind, Owner, Snap};
+use crate::model::{Body, ConnId, Event, Finding, FindingKind, Process, Snap};
 
 /// Scoreboard after one event, in segments.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,7 +30,7 @@ pub struct StopSpan {
 #[derive(Debug, Clone)]
 pub struct ConnSeries {
     pub id: ConnId,
-    pub owner: Option<Owner>,
+    pub owner: Option<Process>,
     pub snap: Option<Snap>,
     pub t0_ns: u64,
     pub start: f64,
@@ -261,10 +261,10 @@ impl ConnSeries {
                 }
                 Body::CaState(c) => s.ca.push((now, c.new)),
                 Body::Rto(_) => s.rtos.push(now),
-                Body::Owner(o) => s.owner = Some(o.clone()),
+                Body::Process(o) => s.owner = Some(o.clone()),
                 Body::Snapshot(x) | Body::Close(x) => {
-                    if s.owner.is_none() && x.owner.pid != 0 {
-                        s.owner = Some(x.owner.clone());
+                    if s.owner.is_none() && x.process.pid != 0 {
+                        s.owner = Some(x.process.clone());
                     }
                     s.max_rate_bps = s.max_rate_bps.max(x.delivery_rate_bps() * 8.0);
                     if !sampled {
@@ -304,7 +304,7 @@ impl ConnSeries {
                 (from, *b as f64 * 8.0 / width / 1e6)
             })
             .collect();
-        for f in findings.iter().filter(|f| f.kind == FindingKind::Stop) {
+        for f in findings.iter().filter(|f| f.kind() == FindingKind::Stop) {
             let from = t(f.start_ns);
             let to = match f.duration_s {
                 Some(d) => from + d,
@@ -312,7 +312,7 @@ impl ConnSeries {
             };
             match s.stops.iter_mut().find(|x| (x.from - from).abs() < 1e-9) {
                 Some(x) => x.to = x.to.max(to),
-                None => s.stops.push(StopSpan { from, to, cause: f.cause.clone(), inferred: false }),
+                None => s.stops.push(StopSpan { from, to, cause: f.cause.to_string(), inferred: false }),
             }
         }
         if s.stops.is_empty() {

@@ -8,8 +8,11 @@ use std::net::SocketAddr;
 
 use serde_json::json;
 
-use crate::model::record::{Options, SampleSrc, StateChange};
-use crate::model::{Body, CaState, ConnId, Event, Finding, FindingKind, Owner, Retrans, Rto, Sample, Snap, Tuple};
+use crate::model::event::{Options, SampleSrc, StateChange};
+use crate::model::{
+    Body, CaState, Cause, ConnId, Event, Finding, PathTag, Process, Retrans, Rto, Sample, Snap, StopCause, StopOwner,
+    Tuple,
+};
 use crate::recording::{Header, Recording, FORMAT_VERSION};
 
 pub const MSS: u32 = 1448;
@@ -92,7 +95,7 @@ impl Sim {
             round: false,
         }
     }
-    fn snap(&self, cc: &str, owner: &Owner) -> Snap {
+    fn snap(&self, cc: &str, process: &Process) -> Snap {
         Snap {
             state: 1,
             ca_state: self.ca,
@@ -124,7 +127,7 @@ impl Sim {
             bytes_acked: self.acked,
             bytes_sent: self.acked + self.packets_out() as u64 * MSS as u64,
             busy_us: self.busy_us,
-            owner: owner.clone(),
+            process: process.clone(),
             ..Snap::default()
         }
     }
@@ -173,12 +176,12 @@ impl Sim {
 /// Paper-000 outage: a 10 s transfer with a stop from 1.0 s to 4.0 s, and the detector's findings.
 pub fn outage() -> (Recording, Vec<Finding>) {
     let id = conn(40961, "10.77.0.1:40000", "10.77.1.2:5201");
-    let owner = Owner { pid: 4242, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+    let process = Process { pid: 4242, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
     let mut ev = Vec::new();
     let mut push = |t: u64, body: Body| ev.push(Event { ts_ns: T0 + t, conn: id, body });
     let mut s = Sim { una: 1_000_000, nxt: 1_000_000, cwnd: 10, ssthresh: u32::MAX >> 1, ..Sim::default() };
     push(0, Body::State(StateChange { old: 2, new: 1 }));
-    push(MS / 2, Body::Owner(owner.clone()));
+    push(MS / 2, Body::Process(process.clone()));
     let step = 2 * MS;
     let bdp = 432; // 500 Mbit/s x 10 ms in 1448-byte segments
     let mut t = 0;
@@ -188,7 +191,7 @@ pub fn outage() -> (Recording, Vec<Finding>) {
         // One snapshot a second.
         if t % (1000 * MS) < step {
             s.busy_us = ms * 1000;
-            push(t, Body::Snapshot(s.snap("cubic", &owner)));
+            push(t, Body::Snapshot(s.snap("cubic", &process)));
         }
         if ms < 500 {
             // Slow start: cwnd doubles per RTT; the path delivers at most the bottleneck rate.
@@ -290,18 +293,18 @@ pub fn outage() -> (Recording, Vec<Finding>) {
         t += step;
     }
     push(10_000 * MS + MS, Body::State(StateChange { old: 1, new: 4 }));
-    push(10_000 * MS + 2 * MS, Body::Close(s.snap("cubic", &owner)));
+    push(10_000 * MS + 2 * MS, Body::Close(s.snap("cubic", &process)));
     let finding = |ts_ms: u64, ongoing: bool| Finding {
         ts_ns: T0 + ts_ms * MS,
-        kind: FindingKind::Stop,
         conn: Some(id),
         group: None,
         start_ns: T0 + 1000 * MS,
         duration_s: if ongoing { None } else { Some(3.0) },
         ongoing,
-        cause: "lost_retransmission".into(),
-        owner: None,
+        cause: StopCause::LostRetransmit.into(),
+        owner: Some(StopOwner::Network),
         evidence: json!({"cwnd": 1, "in_flight": 0, "lost_retrans": 12, "ca_state": "Recovery", "rtts": 300}),
+        path: PathTag::default(),
     };
     ev.sort_by_key(|e| e.ts_ns);
     let rec = Recording { header: header(&[":5201"]), events: ev, truncated_tail: false };
@@ -312,13 +315,13 @@ pub fn outage() -> (Recording, Vec<Finding>) {
 pub fn parallel() -> (Recording, Vec<Finding>) {
     let shares = [0.40, 0.25, 0.20, 0.15];
     let mut ev = Vec::new();
-    let owner = Owner { pid: 777, uid: 0, cgroup_id: 1, comm: "gridftp".into() };
+    let process = Process { pid: 777, uid: 0, cgroup_id: 1, comm: "gridftp".into() };
     let ids: Vec<ConnId> =
         (0..4).map(|i| conn(50000 + i as u64, &format!("10.77.0.1:{}", 41000 + i), "10.77.1.2:2811")).collect();
     for (i, id) in ids.iter().enumerate() {
         let mut s = Sim { una: 7_000_000 * (i as u32 + 1), cwnd: 10, ssthresh: 1 << 20, ..Sim::default() };
         s.nxt = s.una;
-        ev.push(Event { ts_ns: T0 + i as u64 * MS, conn: *id, body: Body::Owner(owner.clone()) });
+        ev.push(Event { ts_ns: T0 + i as u64 * MS, conn: *id, body: Body::Process(process.clone()) });
         let step = 20 * MS;
         let mut t = 5 * MS + i as u64 * 3 * MS;
         while t < 20_000 * MS {
@@ -333,7 +336,7 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
                 s.nxt = s.nxt.wrapping_add(MSS);
             }
             if t % (1000 * MS) < step {
-                ev.push(Event { ts_ns: T0 + t, conn: *id, body: Body::Snapshot(s.snap("bic", &owner)) });
+                ev.push(Event { ts_ns: T0 + t, conn: *id, body: Body::Snapshot(s.snap("bic", &process)) });
             }
             let mut sm = s.sample(segs, vec![]);
             sm.srtt_us = 300_000;
@@ -341,20 +344,20 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
             ev.push(Event { ts_ns: T0 + t, conn: *id, body: Body::Sample(sm) });
             t += step;
         }
-        ev.push(Event { ts_ns: T0 + 20_000 * MS + i as u64, conn: *id, body: Body::Close(s.snap("bic", &owner)) });
+        ev.push(Event { ts_ns: T0 + 20_000 * MS + i as u64, conn: *id, body: Body::Close(s.snap("bic", &process)) });
     }
     ev.sort_by_key(|e| e.ts_ns);
     let f = Finding {
         ts_ns: T0 + 12_000 * MS,
-        kind: FindingKind::Unfair,
         conn: Some(ids[3]),
         group: Some("10.77.0.1->10.77.1.2:2811 (gridftp)".into()),
         start_ns: T0 + 5_000 * MS,
         duration_s: None,
         ongoing: true,
-        cause: "persistent_imbalance".into(),
+        cause: Cause::UnfairStreams,
         owner: None,
         evidence: json!({"jain": 0.86, "slowest_over_fastest": 0.38, "cookies": [50000, 50001, 50002, 50003]}),
+        path: PathTag::default(),
     };
     (Recording { header: header(&[":2811"]), events: ev, truncated_tail: false }, vec![f])
 }

@@ -6,6 +6,7 @@ use resvg::tiny_skia::Pixmap;
 
 use super::series::ConnSeries;
 use super::*;
+use crate::recording::{findings_path_for, read_findings};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tcpvigil-plot-{name}-{}", std::process::id()));
@@ -42,7 +43,7 @@ fn outage_picture_is_non_trivial_and_of_the_fixed_size() {
     let svg = std::fs::read_to_string(&files[0]).unwrap();
     for want in [
         "10.77.0.1:40000 → 10.77.1.2:5201",
-        "stop: lost_retransmission (3.0 s)",
+        "stop: lost_retransmit (3.0 s)",
         "RTO",
         "goodput (Mbit/s)",
         "sequence (MSS)",
@@ -122,7 +123,7 @@ fn a_group_whose_streams_reported_rounds_gets_a_send_phase_strip() {
 #[test]
 fn unfair_finding_names_its_streams() {
     let (_, findings) = synth::parallel();
-    assert_eq!(finding_cookies(&findings[0]), vec![50000, 50001, 50002, 50003]);
+    assert_eq!(findings[0].cookies(), vec![50000, 50001, 50002, 50003]);
 }
 
 #[test]
@@ -198,7 +199,7 @@ fn run_reads_the_recording_and_its_findings_sibling() {
     let args = PlotArgs { recording: path.clone(), out: dir.join("out"), conn: None, findings: None };
     let files = run(&args).unwrap();
     let svg = std::fs::read_to_string(&files[0]).unwrap();
-    assert!(svg.contains("stop: lost_retransmission"), "the sibling findings were used");
+    assert!(svg.contains("stop: lost_retransmit"), "the sibling findings were used");
     std::fs::write(&path, "not a recording\n").unwrap();
     let e = run(&args).unwrap_err();
     assert!(format!("{e:#}").contains("not a tcpvigil recording header"), "{e:#}");

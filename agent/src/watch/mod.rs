@@ -6,8 +6,10 @@
 pub mod conn;
 pub mod input;
 pub mod lines;
+pub mod reasons;
 pub mod render;
 pub mod replay;
+pub mod ring;
 pub mod state;
 pub mod term;
 
@@ -114,7 +116,7 @@ pub struct WatchSummary {
 
 impl fmt::Display for WatchSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use state::{human_bps, human_bytes};
+        use crate::model::units::{human_bps, human_bytes};
         if self.conns.is_empty() {
             writeln!(f, "no matching connection was seen ({} findings)", self.findings)?;
         }
@@ -137,7 +139,8 @@ impl fmt::Display for WatchSummary {
                 c.retrans_segs, c.lost_retrans, c.rtos, c.stops
             )?;
             if !c.stop_causes.is_empty() {
-                write!(f, " ({})", c.stop_causes.join(", "))?;
+                let causes: Vec<&str> = c.stop_causes.iter().map(|x| x.as_str()).collect();
+                write!(f, " ({})", causes.join(", "))?;
             }
             writeln!(f)?;
         }
@@ -362,3 +365,5 @@ async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> an
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_select;

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::state::WatchInput;
 use crate::model::Finding;
-use crate::{plot, recording};
+use crate::recording;
 
 /// Recording time between two ticks.
 pub const TICK_NS: u64 = 50_000_000;
@@ -48,10 +48,10 @@ fn ts(i: &WatchInput) -> u64 {
 pub fn start(path: &Path, findings: Option<&Path>, speed: f64) -> anyhow::Result<mpsc::Receiver<WatchInput>> {
     let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
     let rec = recording::read(BufReader::new(file)).with_context(|| format!("{}", path.display()))?;
-    let sibling = plot::findings_path_for(path);
+    let sibling = recording::findings_path_for(path);
     let findings = match findings {
-        Some(p) => plot::read_findings(p)?,
-        None if sibling.exists() => plot::read_findings(&sibling)?,
+        Some(p) => recording::read_findings(p)?,
+        None if sibling.exists() => recording::read_findings(&sibling)?,
         None => Vec::new(),
     };
     let items = schedule(rec.events, findings);

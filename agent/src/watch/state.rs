@@ -3,14 +3,15 @@
 //! Times are the events' CLOCK_MONOTONIC nanoseconds; `now` advances with events and ticks.
 //! Ring buffers are bounded and reach their capacity once, so folding an event or a tick does not
 //! allocate in the steady state (log lines and snapshots, which are rare, do).
-use std::collections::VecDeque;
-
 use serde::Serialize;
 
-use crate::model::record::{ca_state_name, CA_LOSS};
-use crate::model::{Body, ConnId, Event, Filter, Finding, FindingKind};
+use crate::model::event::{ca_state_name, CA_LOSS};
+use crate::model::{Body, Cause, ConnId, Event, Filter, Finding, FindingKind};
 
-pub use super::conn::{Bin, Chrono, ConnView, Live, Point, Reason, StopView};
+pub use super::conn::{Bin, Chrono, ConnView, Live, Point, StopView, MAX_WINDOW_S, MIN_BIN_NS, POINT_RES_NS};
+pub use super::reasons::Reason;
+use super::ring::Ring;
+use crate::model::units::{human_bytes, jain};
 
 /// What `run` consumes: events and findings of the matching connections, and the time.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,57 +22,11 @@ pub enum WatchInput {
     Tick(u64),
 }
 
-/// Chart points are kept at this resolution (the last value in each slot wins).
-pub const POINT_RES_NS: u64 = 10_000_000;
-/// Longest time window the charts can show, seconds.
-pub const MAX_WINDOW_S: u32 = 120;
-pub(super) const POINT_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / POINT_RES_NS) as usize;
-/// Goodput bins are one smoothed RTT wide, clamped to this range.
-pub const MIN_BIN_NS: u64 = 5_000_000;
-pub const MAX_BIN_NS: u64 = 2_000_000_000;
-pub(super) const BIN_CAP: usize = (MAX_WINDOW_S as u64 * 1_000_000_000 / MIN_BIN_NS) as usize;
 const LOG_CAP: usize = 200;
 /// Connections beyond this many are counted, not shown.
 pub const MAX_CONNS: usize = 32;
 /// Window steps for the +/- keys, seconds.
 pub const WINDOW_STEPS: [u32; 8] = [1, 2, 5, 10, 20, 30, 60, 120];
-
-/// A bounded FIFO: pushing onto a full ring drops the oldest item.
-#[derive(Debug, Clone)]
-pub struct Ring<T> {
-    buf: VecDeque<T>,
-    cap: usize,
-}
-
-impl<T> Ring<T> {
-    pub fn new(cap: usize) -> Self {
-        Ring { buf: VecDeque::with_capacity(cap.min(1024)), cap }
-    }
-    pub fn push(&mut self, v: T) {
-        if self.buf.len() == self.cap {
-            self.buf.pop_front();
-        }
-        self.buf.push_back(v);
-    }
-    pub fn last(&self) -> Option<&T> {
-        self.buf.back()
-    }
-    pub fn last_mut(&mut self) -> Option<&mut T> {
-        self.buf.back_mut()
-    }
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
-        self.buf.iter()
-    }
-    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut T> + ExactSizeIterator {
-        self.buf.iter_mut()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogKind {
@@ -120,12 +75,6 @@ pub fn busiest(conns: &[ConnView], current: usize) -> usize {
         .filter(|(_, c)| !c.closed() && c.total_bytes > bar)
         .max_by_key(|(_, c)| c.total_bytes)
         .map_or(current, |(i, _)| i)
-}
-
-/// Jain's fairness index of `rates`, None for an empty or all-zero set.
-pub fn jain(rates: &[f64]) -> Option<f64> {
-    let (s, s2) = rates.iter().fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
-    (s2 > 0.0).then(|| s * s / (rates.len() as f64 * s2))
 }
 
 pub fn tcp_state_name(s: u8) -> &'static str {
@@ -188,7 +137,7 @@ pub struct WatchState {
     pub t0_ns: Option<u64>,
     pub log: Ring<LogLine>,
     /// Latest unfair-group finding touching a shown connection: (group, cause, evidence).
-    pub unfair: Option<(String, String, String)>,
+    pub unfair: Option<(String, Cause, String)>,
     pub events: u64,
     pub findings: u64,
     /// Events of connections beyond `MAX_CONNS` or not matching the filter.
@@ -332,7 +281,7 @@ impl WatchState {
                 let text = format!("closed after {secs:.1} s, {} delivered", human_bytes(c.total_bytes));
                 self.log(ts, cookie, LogKind::Close, text);
             }
-            Body::Owner(o) => c.owner = Some(o.clone()),
+            Body::Process(p) => c.process = Some(p.clone()),
         }
         if !self.pinned {
             self.selected = busiest(&self.conns, self.selected);
@@ -353,33 +302,29 @@ impl WatchState {
         }
         self.findings += 1;
         self.now_ns = self.now_ns.max(f.ts_ns);
-        let key = (f.kind, cookie.unwrap_or(0), f.start_ns);
+        let kind = f.kind();
+        let key = (kind, cookie.unwrap_or(0), f.start_ns);
         let new = !self.seen.iter().any(|k| *k == key);
         if new {
             self.seen.push(key);
         }
-        let ev = evidence_text(&f.evidence, 160);
-        let kind = match f.kind {
-            FindingKind::Stop => "STOP",
-            FindingKind::Unfair => "UNFAIR",
-            FindingKind::Limit => "LIMIT",
-            FindingKind::Path => "PATH",
-        };
+        let ev = evidence_text(&f.evidence_json(), 160);
         // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent).
-        let sharpened = f.kind == FindingKind::Stop
+        let sharpened = kind == FindingKind::Stop
             && !new
             && idx
                 .and_then(|i| self.conns[i].stop.as_ref())
                 .is_some_and(|s| s.start_ns == f.start_ns && s.cause != f.cause);
-        match (f.kind, idx) {
+        match (kind, idx) {
             (FindingKind::Stop, Some(i)) => {
                 let c = &mut self.conns[i];
                 if sharpened {
-                    let old = c.stop.as_ref().map(|s| s.cause.clone()).unwrap_or_default();
-                    c.stop_causes.retain(|x| *x != old);
+                    if let Some(old) = c.stop.as_ref().map(|s| s.cause) {
+                        c.stop_causes.retain(|x| *x != old);
+                    }
                 }
                 if (new || sharpened) && !c.stop_causes.contains(&f.cause) {
-                    c.stop_causes.push(f.cause.clone());
+                    c.stop_causes.push(f.cause);
                 }
                 if new {
                     c.stops += 1;
@@ -389,14 +334,14 @@ impl WatchState {
                     last_ns: f.ts_ns,
                     duration_s: f.duration_s,
                     ongoing: f.ongoing,
-                    cause: f.cause.clone(),
+                    cause: f.cause,
                     owner: f.owner,
                     evidence: ev.clone(),
                 });
             }
-            (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause.clone(), ev.clone())),
+            (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause, ev.clone())),
             (FindingKind::Unfair, _) => {
-                self.unfair = Some((f.group.clone().unwrap_or_default(), f.cause.clone(), ev.clone()));
+                self.unfair = Some((f.group.clone().unwrap_or_default(), f.cause, ev.clone()));
             }
             _ => {}
         }
@@ -408,7 +353,7 @@ impl WatchState {
             };
             let state = if f.ongoing { "" } else { " (ended)" };
             let owner = f.owner.map(|o| format!(" ({})", o.as_str())).unwrap_or_default();
-            let text = format!("{kind} {}{owner}{dur}{state}: {ev}", f.cause);
+            let text = format!("{} {}{owner}{dur}{state}: {ev}", kind.as_str().to_uppercase(), f.cause);
             self.log(f.ts_ns, cookie.unwrap_or(0), LogKind::Finding, text);
         }
     }
@@ -517,7 +462,7 @@ pub struct ConnSummary {
     pub lost_retrans: u64,
     pub rtos: u64,
     pub stops: u32,
-    pub stop_causes: Vec<String>,
+    pub stop_causes: Vec<Cause>,
     pub closed: bool,
 }
 
@@ -527,7 +472,7 @@ impl ConnSummary {
         ConnSummary {
             cookie: c.id.cookie,
             tuple: c.id.tuple.to_string(),
-            comm: c.owner.as_ref().map(|o| o.comm.clone()),
+            comm: c.process.as_ref().map(|p| p.comm.clone()),
             watched_s: (c.closed_ns.unwrap_or(c.last_ns) - c.first_ns) as f64 / 1e9,
             bytes_acked: c.total_bytes,
             mean_goodput_bps: g,
@@ -540,34 +485,5 @@ impl ConnSummary {
             stop_causes: c.stop_causes.clone(),
             closed: c.closed(),
         }
-    }
-}
-
-/// 1536 -> "1.5 KiB".
-pub fn human_bytes(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
-}
-
-/// 480e6 -> "480.0 Mbit/s".
-pub fn human_bps(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.1} kbit/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} bit/s")
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 
-use crate::model::record::SampleSrc;
+use crate::model::event::SampleSrc;
 use crate::model::Sample;
 
 const N: usize = 20;

@@ -3,7 +3,22 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::RecorderError;
+/// What is wrong with a `[recorder]` section, with the key and its range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecorderConfigError {
+    #[error("recorder.{key} = {value}: must be 0 to 3600 seconds")]
+    Seconds { key: &'static str, value: f64 },
+    #[error("recorder.dir is empty: give a directory (or set recorder.enabled = false)")]
+    EmptyDir,
+    #[error("recorder.max_bytes_per_conn = {0}: from 65536 (about 400 samples) to 1073741824")]
+    MaxBytesPerConn(usize),
+    #[error("recorder.max_conns = {0}: from 1 to 100000")]
+    MaxConns(usize),
+    #[error("recorder.max_dumps = {0}: from 1 to 100000")]
+    MaxDumps(usize),
+    #[error("recorder.max_disk_mib = {0}: from 1 to 1048576")]
+    MaxDiskMib(u64),
+}
 
 /// `[recorder]` in the config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,34 +60,27 @@ impl Default for RecorderConfig {
 
 impl RecorderConfig {
     /// Reject settings that cannot work, with the key that is wrong.
-    pub fn validate(&self) -> Result<(), RecorderError> {
-        let bad = |m: String| Err(RecorderError::Config(m));
-        let secs = |k: &str, v: f64| {
-            if v.is_finite() && (0.0..=3600.0).contains(&v) {
-                Ok(())
-            } else {
-                bad(format!("recorder.{k} = {v}: must be 0 to 3600 seconds"))
+    pub fn validate(&self) -> Result<(), RecorderConfigError> {
+        use RecorderConfigError as E;
+        for (key, value) in [("seconds_before", self.seconds_before), ("seconds_after", self.seconds_after)] {
+            if !(value.is_finite() && (0.0..=3600.0).contains(&value)) {
+                return Err(E::Seconds { key, value });
             }
-        };
-        secs("seconds_before", self.seconds_before)?;
-        secs("seconds_after", self.seconds_after)?;
+        }
         if self.dir.as_os_str().is_empty() {
-            return bad("recorder.dir is empty: give a directory (or set recorder.enabled = false)".into());
+            return Err(E::EmptyDir);
         }
         if !(64 << 10..=1 << 30).contains(&self.max_bytes_per_conn) {
-            return bad(format!(
-                "recorder.max_bytes_per_conn = {}: from 65536 (about 400 samples) to 1073741824",
-                self.max_bytes_per_conn
-            ));
+            return Err(E::MaxBytesPerConn(self.max_bytes_per_conn));
         }
         if !(1..=100_000).contains(&self.max_conns) {
-            return bad(format!("recorder.max_conns = {}: from 1 to 100000", self.max_conns));
+            return Err(E::MaxConns(self.max_conns));
         }
         if !(1..=100_000).contains(&self.max_dumps) {
-            return bad(format!("recorder.max_dumps = {}: from 1 to 100000", self.max_dumps));
+            return Err(E::MaxDumps(self.max_dumps));
         }
         if !(1..=1 << 20).contains(&self.max_disk_mib) {
-            return bad(format!("recorder.max_disk_mib = {}: from 1 to 1048576", self.max_disk_mib));
+            return Err(E::MaxDiskMib(self.max_disk_mib));
         }
         Ok(())
     }

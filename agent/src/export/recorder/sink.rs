@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{write_dump, ReadyDump, RecorderConfig, RecorderError};
+use crate::model::FindingKind;
 use crate::recording::Header;
 
 /// Dumps waiting for the writer thread; more are dropped (and counted).
@@ -60,9 +61,9 @@ pub fn prune_plan(mut dumps: Vec<OnDisk>, keep: &Path, max_dumps: usize, max_byt
     out
 }
 
-/// Whether a directory entry's name is a dump (`stop-…`, `unfair-…`, `limit-…`, see `dump_name`).
+/// Whether a directory entry's name is a dump (`stop-…`, `path-…`, any kind, see `dump_name`).
 fn is_dump(name: &str) -> bool {
-    ["stop-", "unfair-", "limit-"].iter().any(|p| name.starts_with(p))
+    FindingKind::ALL.iter().any(|k| name.strip_prefix(k.as_str()).is_some_and(|rest| rest.starts_with('-')))
 }
 
 /// The dump folders in `dir` with their time and size (files directly inside them).
@@ -264,6 +265,16 @@ mod tests {
 
     fn at(path: &str, secs: u64, bytes: u64) -> OnDisk {
         OnDisk { path: PathBuf::from(path), modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs), bytes }
+    }
+
+    #[test]
+    fn every_kind_of_dump_is_a_dump_and_nothing_else_is() {
+        for name in ["stop-40961-20231114T221320Z", "unfair-job3-20231114T221320Z", "path-job9-20231114T221320Z"] {
+            assert!(is_dump(name), "{name}");
+        }
+        for name in [".stop-1-x.tmp", "stopper", "notes", "path"] {
+            assert!(!is_dump(name), "{name}");
+        }
     }
 
     #[test]

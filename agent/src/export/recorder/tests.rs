@@ -69,9 +69,9 @@ fn memory_per_stored_sample_is_measured_and_the_cap_holds() {
 fn only_bulk_connections_get_a_history_and_max_conns_evicts_the_idlest() {
     let mut r = Recorder::new(RecorderConfig { max_conns: 2, ..cfg(Path::new("/x")) }).unwrap();
     let (rec, _) = synth::parallel();
-    let owner_only = rec.events.iter().find(|e| matches!(e.body, Body::Owner(_))).unwrap();
+    let owner_only = rec.events.iter().find(|e| matches!(e.body, Body::Process(_))).unwrap();
     r.on_event(owner_only);
-    assert_eq!(r.stats().conns, 0, "an Owner event alone does not make a connection bulk");
+    assert_eq!(r.stats().conns, 0, "an Process event alone does not make a connection bulk");
     for e in &rec.events {
         r.on_event(e);
     }
@@ -119,7 +119,7 @@ fn stop_dump_completes_after_seconds_after_and_writes_recording_findings_and_pic
     let back = recording::read(std::io::BufReader::new(std::fs::File::open(&files.recording).unwrap())).unwrap();
     assert_eq!(back.events, d.events);
     assert_eq!(back.header.filters, vec!["40961".to_string()]);
-    assert_eq!(plot::read_findings(&files.findings).unwrap()[0].duration_s, Some(3.0));
+    assert_eq!(crate::recording::read_findings(&files.findings).unwrap()[0].duration_s, Some(3.0));
     let names: Vec<String> =
         files.pictures.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, vec!["conn-40961.png", "conn-40961.svg"]);
@@ -164,15 +164,15 @@ fn a_path_event_dump_holds_the_members_that_joined_after_its_first_report() {
     }
     let now = rec.events[t].ts_ns;
     let path = |cookies: &[u64], ongoing: bool| Finding {
-        kind: FindingKind::Path,
         ts_ns: now,
         start_ns: now - 1_000_000_000,
         duration_s: (!ongoing).then_some(1.0),
         conn: None,
         group: Some("10.72.1.0/24".into()),
         ongoing,
-        cause: "path_stop_partial".into(),
+        cause: crate::model::PathScope::Partial.into(),
         owner: Some(StopOwner::Network),
+        path: Default::default(),
         evidence: serde_json::json!({"conns": cookies.iter().map(|c| serde_json::json!({"cookie": c})).collect::<Vec<_>>()}),
     };
     let job = r.on_finding(&path(&[50000, 50001], true)).expect("the first report opens the dump");
@@ -191,8 +191,13 @@ fn a_path_event_dump_holds_the_members_that_joined_after_its_first_report() {
 }
 
 #[test]
-fn dump_names_use_utc_dates() {
-    assert_eq!(civil(0), (1970, 1, 1));
-    assert_eq!(civil(19_675), (2023, 11, 14));
-    assert_eq!(civil(11_016), (2000, 2, 29));
+fn dump_names_say_kind_who_and_the_utc_start() {
+    let (_, findings) = synth::outage();
+    let job = DumpJob { id: 7, finding: findings[0].clone(), cookies: vec![], from_ns: 0, until_ns: 0 };
+    // Starts at 1700000000 s Unix time (2023-11-14T22:13:20Z); one day before 2000-03-01 is the 29th.
+    let start = job.finding.start_ns as i64;
+    assert_eq!(dump_name(&job, 1_700_000_000_000_000_000 - start), "stop-40961-20231114T221320Z");
+    assert_eq!(dump_name(&job, 951_868_800_000_000_000 - 86_400_000_000_000 - start), "stop-40961-20000229T000000Z");
+    let path = DumpJob { finding: Finding { conn: None, ..findings[0].clone() }, ..job };
+    assert_eq!(dump_name(&path, -start), "stop-job7-19700101T000000Z");
 }

@@ -1,4 +1,8 @@
-//! Recording files: a JSON header line, then one model `Event` per line (written by `record`).
+//! Recording files: a JSON header line, then one model `Event` per line (written by `record` and
+//! the flight recorder), and the findings file that may go with one.
+mod findings;
+
+pub use findings::{findings_path_for, read_findings, write_findings, FindingsError};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;

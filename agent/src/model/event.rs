@@ -1,9 +1,10 @@
-//! Decoded kernel records: what one ring-buffer or iterator record says, as plain serde data.
+//! Kernel events: what one ring-buffer or iterator record says about a connection, decoded, as
+//! plain serde data (a recording file holds one per line).
 use serde::{Deserialize, Serialize};
 
-use super::conn::{ConnId, Owner};
+use super::conn::{ConnId, Process};
 
-/// One record about one connection at one time (CLOCK_MONOTONIC nanoseconds).
+/// One kernel event about one connection at one time (CLOCK_MONOTONIC nanoseconds).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub ts_ns: u64,
@@ -28,7 +29,9 @@ pub enum Body {
     Snapshot(Snap),
     /// Final counters when the socket is destroyed.
     Close(Snap),
-    Owner(Owner),
+    /// The process the socket belongs to (named `owner` in recording files).
+    #[serde(rename = "owner")]
+    Process(Process),
 }
 
 /// Where a sample was taken in the kernel.
@@ -232,7 +235,8 @@ pub struct Snap {
     pub busy_us: u64,
     pub rwnd_limited_us: u64,
     pub sndbuf_limited_us: u64,
-    pub owner: Owner,
+    #[serde(rename = "owner")]
+    pub process: Process,
 }
 
 impl Snap {

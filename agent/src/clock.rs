@@ -1,0 +1,61 @@
+//! The clocks: kernel records are stamped with CLOCK_MONOTONIC; people read wall time. One offset
+//! between them, one way to write a date.
+use std::time::{Duration, UNIX_EPOCH};
+
+use nix::time::{clock_gettime, ClockId};
+
+fn now_ns(clock: ClockId) -> Option<i128> {
+    clock_gettime(clock).ok().map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
+}
+
+/// CLOCK_MONOTONIC now, nanoseconds.
+pub fn mono_now_ns() -> u64 {
+    now_ns(ClockId::CLOCK_MONOTONIC).map_or(0, |t| t as u64)
+}
+
+/// Nanoseconds to add to a CLOCK_MONOTONIC time to get Unix time (CLOCK_REALTIME), now; 0 when a
+/// clock cannot be read. Read it again now and then to follow steps of the wall clock.
+pub fn mono_to_unix_ns() -> i64 {
+    match (now_ns(ClockId::CLOCK_REALTIME), now_ns(ClockId::CLOCK_MONOTONIC)) {
+        (Some(r), Some(m)) => (r - m).clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+        _ => 0,
+    }
+}
+
+/// Unix time of a monotonic time, given the offset (before 1970 is 1970).
+fn wall(mono_ns: u64, offset_ns: i64) -> std::time::SystemTime {
+    let ns = (mono_ns as i128 + offset_ns as i128).clamp(0, u64::MAX as i128) as u64;
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+/// RFC 3339 UTC with microseconds, e.g. `2023-11-14T22:13:20.123456Z`.
+pub fn rfc3339(mono_ns: u64, offset_ns: i64) -> String {
+    humantime::format_rfc3339_micros(wall(mono_ns, offset_ns)).to_string()
+}
+
+/// Wall time now, RFC 3339 UTC with milliseconds (log lines).
+pub fn rfc3339_now_millis() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The same to the second in the basic form, for file names: `20231114T221320Z`.
+pub fn compact_utc(mono_ns: u64, offset_ns: i64) -> String {
+    humantime::format_rfc3339_seconds(wall(mono_ns, offset_ns)).to_string().replace(['-', ':'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_monotonic_time_reads_as_the_wall_time_of_its_offset() {
+        // Monotonic 0 is 2026-01-01T00:00:00Z.
+        let off = 1_767_225_600_000_000_000;
+        assert_eq!(rfc3339(5_000_001_000, off), "2026-01-01T00:00:05.000001Z");
+        assert_eq!(compact_utc(86_399_000_000_000, off), "20260101T235959Z");
+        assert_eq!(compact_utc(0, -5), "19700101T000000Z", "before 1970 is 1970");
+        assert!(mono_now_ns() > 0);
+        let o = mono_to_unix_ns();
+        assert!((o as i128 + mono_now_ns() as i128 - 1_700_000_000_000_000_000).is_positive(), "{o}");
+    }
+}

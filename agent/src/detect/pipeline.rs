@@ -1,0 +1,141 @@
+//! The one pipeline: kernel events and time in; the connection table and findings out. The daemon,
+//! `watch`, `analyze` and the tests all drive this type, so the live and the offline paths cannot
+//! drift apart.
+use std::collections::HashSet;
+
+use super::{DetectConfig, Detectors};
+use crate::model::{Body, ConnId, ConnTable, Event, Finding, Process};
+
+/// Recorded time between two ticks when a recording is replayed (the daemon ticks whenever the
+/// ring buffer was drained, every 20-50 ms).
+pub const TICK_NS: u64 = 50_000_000;
+
+/// What drives the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Input<'a> {
+    /// One kernel event.
+    Event(&'a Event),
+    /// Every kernel event up to this CLOCK_MONOTONIC time was read: time passes for the detectors.
+    Time(u64),
+}
+
+/// The process that owns a socket older than the daemon (its connect or listen came before the
+/// programs were attached), looked up once for a connection new to the table.
+pub type ProcessLookup = Box<dyn FnMut(&ConnId) -> Option<Process>>;
+
+pub struct Pipeline {
+    table: ConnTable,
+    detectors: Detectors,
+    lookup: Option<ProcessLookup>,
+    found: Vec<Finding>,
+}
+
+impl Pipeline {
+    /// `exact_lost_retrans`: lost retransmissions come from the exact (fentry) variant.
+    pub fn new(cfg: &DetectConfig, exact_lost_retrans: bool) -> Self {
+        Pipeline {
+            table: ConnTable::new(exact_lost_retrans),
+            detectors: Detectors::new(cfg),
+            lookup: None,
+            found: Vec::new(),
+        }
+    }
+
+    /// Ask `lookup` for the process of each connection new to the table (a kernel event naming
+    /// its process, if one follows, wins).
+    pub fn with_process_lookup(mut self, lookup: ProcessLookup) -> Self {
+        self.lookup = Some(lookup);
+        self
+    }
+
+    /// One input; `each` sees every kernel event once the table holds it.
+    pub fn feed(&mut self, input: Input<'_>, each: impl FnMut(&Event)) {
+        match input {
+            Input::Event(ev) => self.event(ev, each),
+            Input::Time(t) => self.tick(t),
+        }
+    }
+
+    /// One kernel event: folded into the table, then shown to the detectors. `each` sees it (after
+    /// the process event the lookup made for a connection new to the table).
+    fn event(&mut self, ev: &Event, mut each: impl FnMut(&Event)) {
+        let new = self.table.get(ev.conn.cookie).is_none() && !matches!(ev.body, Body::Process(_));
+        let made = match self.lookup.as_mut() {
+            Some(lookup) if new => {
+                lookup(&ev.conn).map(|o| Event { ts_ns: ev.ts_ns, conn: ev.conn, body: Body::Process(o) })
+            }
+            _ => None,
+        };
+        for e in made.iter().chain(std::iter::once(ev)) {
+            self.table.apply(e);
+            self.detectors.observe(e, &self.table, &mut self.found);
+            each(e);
+        }
+    }
+
+    /// Time passes: stops are found here, while nothing arrives.
+    fn tick(&mut self, now_ns: u64) {
+        self.detectors.tick(now_ns, &self.table, &mut self.found);
+    }
+
+    /// The findings made since the last call, in order.
+    pub fn findings(&mut self) -> Vec<Finding> {
+        std::mem::take(&mut self.found)
+    }
+
+    pub fn table(&self) -> &ConnTable {
+        &self.table
+    }
+
+    /// Forget connections closed before `before_ns` (and long silent ones); returns how many went.
+    pub fn reap(&mut self, before_ns: u64) -> usize {
+        self.table.reap(before_ns).len()
+    }
+
+    /// A stop candidate needs a fresh look at its sender: take a snapshot soon. Cleared by the call.
+    pub fn wants_snapshot(&mut self) -> bool {
+        self.detectors.wants_snapshot()
+    }
+
+    /// The streams whose rounds the kernel should report (the send phase), when they changed, and
+    /// the shortest srtt (µs) whose rounds are worth it.
+    pub fn phase_members(&mut self) -> Option<(HashSet<u64>, u32)> {
+        let min_srtt_us = self.detectors.phase_min_srtt_us();
+        self.detectors.phase_members().map(|m| (m, min_srtt_us))
+    }
+
+    /// The shortest srtt (µs) whose rounds are reported (`detect.fairness.phase_min_rtt_ms`).
+    pub fn phase_min_srtt_us(&self) -> u32 {
+        self.detectors.phase_min_srtt_us()
+    }
+}
+
+/// A recording's events in time order with the clock ticking every `TICK_NS` of recorded time,
+/// and a few ticks past the last event so that findings still in progress are reported as such.
+pub fn schedule(events: &[Event]) -> impl Iterator<Item = Input<'_>> {
+    let mut sorted: Vec<&Event> = events.iter().collect();
+    sorted.sort_by_key(|e| e.ts_ns);
+    let mut next_tick = sorted.first().map_or(0, |e| e.ts_ns + TICK_NS);
+    let mut events = sorted.into_iter().peekable();
+    let mut ticks_after = 10u32;
+    std::iter::from_fn(move || {
+        match events.peek() {
+            Some(ev) if next_tick > ev.ts_ns => return events.next().map(Input::Event),
+            Some(_) => {}
+            None => ticks_after = ticks_after.checked_sub(1)?,
+        }
+        next_tick += TICK_NS;
+        Some(Input::Time(next_tick - TICK_NS))
+    })
+}
+
+/// Replay a recording offline (`tcpvigil analyze`): every finding as it was made.
+pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
+    // A recording made with the exact variant holds its lost-retransmission events.
+    let exact = events.iter().any(|e| matches!(e.body, Body::LostRetrans(_)));
+    let mut p = Pipeline::new(cfg, exact);
+    for input in schedule(events) {
+        p.feed(input, |_| {});
+    }
+    p.findings()
+}

@@ -1,0 +1,281 @@
+//! What the stop detector keeps per connection, and how each kernel record moves it: delivery
+//! progress against the last healthy point, the last look at the sender, idles, losses.
+use std::collections::VecDeque;
+
+use super::config::StopConfig;
+use super::evidence::Evidence;
+use crate::detect::owner::{Hold, StopOwner};
+use crate::model::{Body, ConnId, Event, Finding, StopCause};
+
+/// TCP states in a state-change record.
+const ESTABLISHED: u8 = 1;
+const CLOSE: u8 = 7;
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub id: ConnId,
+    /// Last point of healthy delivery: (time, bytes acked).
+    pub anchor: (u64, u64),
+    pub acked: u64,
+    pub srtt_us: u32,
+    pub mss: u32,
+    pub rate_bps: f64,
+    /// The last look at what the sender holds.
+    pub hold: Hold,
+    pub closed: bool,
+    pub ev: Evidence,
+    /// Start of the stop in progress.
+    pub active: Option<u64>,
+    /// Recent (time of ACK, bytes acked) points, two seconds at most.
+    pub hist: VecDeque<(u64, u64)>,
+    /// When delivery became healthy again during a stop (it must last before the stop ends).
+    pub resume: Option<u64>,
+    /// Delivery was seen healthy at least once (a baseline exists).
+    pub seen_healthy: bool,
+    /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
+    pub closing: bool,
+    /// (start, end, owner) of the last stop that ended: a new one soon after it, of the same
+    /// owner, is the same stop going on (delivery seen late can end a stop for a moment, e.g.
+    /// while a receive buffer fills); one of another owner is a stop of its own.
+    pub last_stop: Option<(u64, u64, StopOwner)>,
+    /// When a fresh look was asked for because the last one could not decide the owner.
+    pub asked: Option<u64>,
+    /// Process and cause of the stop in progress as last reported.
+    pub verdict: Option<(StopOwner, StopCause)>,
+    /// The stop in progress was reported as the receiver's at some point.
+    pub was_receivers: bool,
+    /// When a look last showed nothing to send, until something is delivered after it: data in
+    /// flight since then left after it.
+    pub idle_at: Option<u64>,
+}
+
+impl Conn {
+    pub fn new(id: ConnId, ts: u64) -> Self {
+        Conn {
+            id,
+            anchor: (ts, 0),
+            acked: 0,
+            srtt_us: 0,
+            mss: 1448,
+            rate_bps: 0.0,
+            hold: Hold::default(),
+            closed: false,
+            ev: Evidence::default(),
+            active: None,
+            hist: VecDeque::new(),
+            resume: None,
+            seen_healthy: false,
+            closing: false,
+            last_stop: None,
+            asked: None,
+            verdict: None,
+            was_receivers: false,
+            idle_at: None,
+        }
+    }
+
+    /// One record of this connection.
+    pub fn observe(&mut self, cfg: &StopConfig, ev: &Event, out: &mut Vec<Finding>) {
+        let ts = ev.ts_ns;
+        match &ev.body {
+            Body::Sample(s) => {
+                if s.srtt_us > 0 {
+                    self.srtt_us = s.srtt_us;
+                }
+                if s.mss > 0 {
+                    self.mss = s.mss;
+                }
+                let idle = self.hold;
+                self.hold = Hold::of_sample(ts, s);
+                self.after_idle(idle, ts);
+                self.ev.saw_cwnd(s.cwnd, s.ca_state);
+                let healthy_before = self.active.is_none();
+                let acked_before = self.acked;
+                self.progress(cfg, ts, ts, s.bytes_acked, out);
+                self.note_idle(ts, acked_before);
+                // Only healthy delivery moves the baseline (a slowdown is not its own yardstick).
+                let healthy_now = self.anchor == (ts, self.acked) && self.acked > 0;
+                // The baseline is the kernel's per-ACK rate sample, but never more than what was
+                // delivered per second over the last window: an application-limited sender's
+                // bursts leave at the link's speed, more than it ever averages, and 5 % of that
+                // would make none of its delivery count as healthy
+                // (agent/tests/app_limited_outage.rs).
+                let avg = self.recent_rate(ts, self.acked);
+                let r = match s.delivery_rate_bps() {
+                    k if k > 0.0 && avg > 0.0 => k.min(avg),
+                    k => k.max(avg),
+                };
+                if healthy_before && healthy_now && self.active.is_none() && r > 0.0 {
+                    self.rate_bps = if self.rate_bps == 0.0 { r } else { 0.8 * self.rate_bps + 0.2 * r };
+                }
+            }
+            Body::Snapshot(s) => {
+                if s.srtt_us > 0 {
+                    self.srtt_us = s.srtt_us;
+                }
+                let idle = self.hold;
+                self.hold = Hold::of_snapshot(ts, s);
+                self.after_idle(idle, ts);
+                let ack_ts = ts.saturating_sub(s.last_ack_age_us as u64 * 1000);
+                let acked_before = self.acked;
+                self.progress(cfg, ts, ack_ts, s.bytes_acked, out);
+                self.note_idle(ts, acked_before);
+                if self.closing {
+                    self.look_after_close(cfg, ts, ack_ts, out);
+                }
+            }
+            Body::Retrans(r) => {
+                self.hold = self.hold.in_flight_at(ts, r.packets_out);
+                // A tail-loss probe (CA state Open) fires 2 srtt after the last send; a fast
+                // retransmit needs an ACK's round trip, one srtt at least.
+                let srtt = u64::from(self.srtt_us) * 1000;
+                self.sent_after_idle(ts, if r.ca_state == 0 { 2 * srtt } else { srtt });
+                self.ev.retransmitted(ts, r);
+            }
+            Body::LostRetrans(r) => self.ev.lost_again(r.since_prev_ns),
+            Body::Rto(r) => {
+                self.hold = self.hold.in_flight_at(ts, r.packets_out);
+                // The timer was armed by the first send after the idle (or re-armed later), rto
+                // before it fired.
+                self.sent_after_idle(ts, u64::from(r.rto_us) * 1000);
+                self.ev.timed_out(ts, r);
+            }
+            Body::CaState(s) => self.ev.saw_cwnd(s.cwnd, s.new),
+            Body::Close(_) => {
+                self.closed = true;
+                if let Some(start) = self.active {
+                    // Delivery seen resuming (not yet for a whole window) ended the stop then.
+                    let end = self.resume.unwrap_or(ts).max(start);
+                    self.end(cfg, ts, start, end, out);
+                }
+            }
+            Body::State(st) => {
+                self.closing = st.new != ESTABLISHED;
+                if let Some(start) = self.active.filter(|_| self.closing) {
+                    if st.new == CLOSE || !self.outlives_close() {
+                        self.end(cfg, ts, start, ts, out);
+                    }
+                }
+            }
+            Body::Process(_) => {}
+        }
+    }
+
+    /// Delivery below this rate (bytes/s) is "almost nothing".
+    pub fn slow_rate(&self, cfg: &StopConfig) -> f64 {
+        let srtt = (self.srtt_us.max(1000)) as f64 / 1e6;
+        (cfg.segments_per_rtt * self.mss as f64 / srtt).max(cfg.rate_fraction * self.rate_bps)
+    }
+
+    /// Delivery rate over the last max(2 srtt, 100 ms) ending at `ts`, from the progress history.
+    pub fn recent_rate(&self, ts: u64, acked: u64) -> f64 {
+        let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
+        let base = self.hist.iter().rev().find(|(t, _)| *t + w <= ts).or(self.hist.front());
+        match base {
+            Some(&(t, a)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
+            _ => 0.0,
+        }
+    }
+
+    /// New cumulative progress `acked`, seen at `obs` and reflecting ACKs up to `ack_ts`.
+    fn progress(&mut self, cfg: &StopConfig, obs: u64, ack_ts: u64, acked: u64, out: &mut Vec<Finding>) {
+        if acked < self.acked || self.hist.back().is_some_and(|&(t, _)| t > ack_ts) {
+            return;
+        }
+        let healthy = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg) && acked > self.acked;
+        self.hist.push_back((ack_ts, acked));
+        while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, _)| t + 2_000_000_000 < ack_ts) {
+            self.hist.pop_front();
+        }
+        if !healthy {
+            self.resume = None;
+            if acked > self.acked {
+                self.ev.acks += 1;
+                self.ev.delivered += acked - self.acked;
+            }
+            self.acked = acked;
+            return;
+        }
+        self.acked = acked;
+        self.seen_healthy = true;
+        match self.active {
+            // Delivered before the silence began (seen late by a snapshot): the stop goes on.
+            Some(_) if obs.saturating_sub(ack_ts) > cfg.threshold_ns(self.srtt_us) => self.anchor.1 = acked,
+            Some(start) => {
+                // Delivery must stay healthy for a window before the stop counts as over:
+                // a window probe or one burst does not end it.
+                let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
+                let resumed = *self.resume.get_or_insert(ack_ts);
+                if ack_ts >= resumed + w {
+                    self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
+                    self.end(cfg, obs, start, resumed.max(start), out);
+                    self.anchor = (ack_ts, acked);
+                }
+            }
+            None => self.restart(ack_ts),
+        }
+    }
+
+    /// No stop runs: the clock starts afresh at `ts`.
+    pub fn restart(&mut self, ts: u64) {
+        self.anchor = (ts, self.acked);
+        self.ev = Evidence::default();
+        self.asked = None;
+    }
+
+    /// A look at `ts` after `prev`: when `prev` was an exact look showing nothing to send, no stop
+    /// could run then, however late the next tick comes (a starved daemon, an idle shorter than the
+    /// tick). The data this look reports was written after `prev` and sent one srtt before `ts` at
+    /// the latest, so the stop clock restarts there. The same holds after a look that showed
+    /// nothing in flight behind a closed window: data went out only once the window opened, which
+    /// the daemon does not see. Only a look that shows data in flight ends such a wait: one still
+    /// showing the window closed is the receiver's stall going on, whose clock runs from its start.
+    fn after_idle(&mut self, prev: Hold, ts: u64) {
+        let sent_since = match prev.decided_owner() {
+            Some(StopOwner::Application) => true,
+            Some(StopOwner::Receiver) => self.hold.in_flight > 0,
+            _ => false,
+        };
+        if self.active.is_some() || prev.in_flight > 0 || !sent_since || prev.ts_ns == 0 {
+            return;
+        }
+        let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
+        if sent_by > self.anchor.0 {
+            self.restart(sent_by);
+        }
+    }
+
+    /// After a look (and the progress it showed, from `acked_before`): an exact look with nothing
+    /// to send starts an idle; delivery after it ends it.
+    fn note_idle(&mut self, ts: u64, acked_before: u64) {
+        if self.hold.exact && !self.hold.outstanding() {
+            self.idle_at = Some(ts);
+        } else if self.acked > acked_before {
+            self.idle_at = None;
+        }
+    }
+
+    /// A resend or timeout at `ts` of data sent after an idle, at least `armed_ns` after that data
+    /// left: no ACK told the daemon it left (it learns of it from a later look, or from this), so
+    /// the stop clock runs from that send, not from the daemon's tick. Each such record bounds the
+    /// send from above; the earliest bound holds.
+    fn sent_after_idle(&mut self, ts: u64, armed_ns: u64) {
+        let Some(idle) = self.idle_at.filter(|_| self.active.is_none()) else { return };
+        let sent = ts.saturating_sub(armed_ns).max(idle);
+        if sent < self.anchor.0 {
+            self.anchor = (sent, self.acked);
+        }
+    }
+
+    /// After the close only snapshots look at the socket (the fallback's per-ACK hook is blind past
+    /// ESTABLISHED, and no sample would confirm delivery for a whole window): a look that shows
+    /// delivery resumed ends the stop there, one that shows nothing left ends it at the last ACK.
+    fn look_after_close(&mut self, cfg: &StopConfig, now: u64, ack_ts: u64, out: &mut Vec<Finding>) {
+        let Some(start) = self.active else { return };
+        if let Some(resumed) = self.resume {
+            self.end(cfg, now, start, resumed.max(start), out);
+        } else if !self.hold.outstanding() {
+            self.end(cfg, now, start, ack_ts.max(start), out);
+        }
+    }
+}

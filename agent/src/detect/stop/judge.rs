@@ -1,0 +1,270 @@
+//! Judging, at each tick: when a stop starts, whose it is and why, when its verdict sharpens and
+//! when it ends, and the finding that says so.
+use super::config::StopConfig;
+use super::conn::Conn;
+use super::evidence::Evidence;
+use crate::detect::owner::StopOwner;
+use crate::model::event::{CA_LOSS, CA_RECOVERY};
+use crate::model::{Finding, PathTag, StopCause};
+
+/// How long past the threshold a stop seen only as silence waits for the fresh look it asked for.
+const LOOK_WAIT_NS: u64 = 40_000_000;
+
+impl Conn {
+    /// Time passes at `now`. Returns whether a fresh look at the sender is wanted (a snapshot).
+    pub fn tick(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) -> bool {
+        match self.active {
+            Some(start) => {
+                self.tick_stopped(cfg, now, start, out);
+                false
+            }
+            None => self.tick_candidate(cfg, now, out),
+        }
+    }
+
+    /// A stop runs since `start`: it ends, or its verdict sharpens.
+    fn tick_stopped(&mut self, cfg: &StopConfig, now: u64, start: u64, out: &mut Vec<Finding>) {
+        let h = self.hold;
+        if self.owner_so_far() == StopOwner::Network
+            && h.exact
+            && h.in_flight == 0
+            && h.ts_ns > self.ev.last_loss_ns.max(start)
+        {
+            // Everything sent was delivered after the last loss: the network holds nothing back,
+            // whatever waits behind the window now. It ended when delivery resumed; a receiver's
+            // stall after it is a stop of its own.
+            let end = self.resume.unwrap_or(h.ts_ns).max(start);
+            self.last_stop = Some((start, end, StopOwner::Network));
+            self.end(cfg, now, start, end, out);
+            self.anchor = (h.ts_ns, self.acked);
+            return;
+        }
+        if let Some(resumed) = self.resume {
+            // Delivery resumed and a later exact look shows nothing left to send: the window that
+            // would confirm it never comes (the sender went idle), so the stop ended when delivery
+            // resumed.
+            if h.exact && !h.outstanding() && h.ts_ns >= resumed {
+                self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
+                self.end(cfg, now, start, resumed.max(start), out);
+                self.anchor = (now, self.acked);
+            }
+            return;
+        }
+        let mut v = self.judge(cfg, false);
+        if self.was_receivers && v.0 == StopOwner::Network && self.ev.rtos == 0 {
+            // The window opened and data is in flight again: the receiver's stop winds down. The
+            // burst that refills the window may lose a few segments at the bottleneck, repaired by
+            // fast retransmits; that is not what stopped the transfer. Only a timeout makes it the
+            // network's, also when a stale look made it undetermined meanwhile.
+            v = (StopOwner::Receiver, StopCause::ZeroWindow);
+        }
+        if v.0 == StopOwner::Application && h.ts_ns > start {
+            // Everything sent was delivered and nothing waits: the sender has nothing to send,
+            // which is no stop (the end of a transfer, an application pause).
+            let end = h.ts_ns.max(start);
+            self.end(cfg, now, start, end, out);
+            self.anchor = (now, self.acked);
+            return;
+        }
+        if self.verdict != Some(v) && v.0 != StopOwner::Application {
+            // The owner or cause became clearer (a fresh look, timeouts): say so now.
+            self.verdict = Some(v);
+            self.was_receivers |= v.0 == StopOwner::Receiver;
+            out.push(self.finding(now, start, None, v));
+        }
+    }
+
+    /// No stop runs: one starts when almost nothing was delivered for the threshold and its owner
+    /// can be told. Returns whether a fresh look is wanted first.
+    fn tick_candidate(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) -> bool {
+        if !self.hold.outstanding() || self.closing || !self.seen_healthy || self.acked < cfg.min_bytes {
+            // Nothing to send is not a stop: an idle connection starts afresh. Nor is a connection
+            // that is not bulk yet: the kernel samples it only from then on, so its clock starts
+            // there, not at its last sample before.
+            self.restart(now);
+            return false;
+        }
+        let threshold = cfg.threshold_ns(self.srtt_us);
+        let quiet = now.saturating_sub(self.anchor.0);
+        if quiet > threshold / 2 {
+            tracing::trace!(target: "tcpvigil::stop", conn = %self.id.tuple, now, quiet, threshold, acked = self.acked,
+                hold = ?self.hold, retrans = self.ev.retrans_segs, rtos = self.ev.rtos, asked = ?self.asked, "candidate");
+        }
+        if quiet * 4 < threshold * 3 {
+            return false;
+        }
+        // Past three quarters of the threshold: make sure the owner can be decided by then.
+        // Silence alone (no timeout, no retransmission) may be the fallback's lag: it reports a
+        // bulk connection's ACK when the next one arrives, so ACKs 50 ms apart look like 100-150
+        // ms of silence. A fresh look flushes what the kernel holds back; it is waited for a
+        // little past the threshold, within the time to report.
+        let silent_only = self.ev.rtos == 0 && self.ev.retrans_segs == 0 && self.hold.in_flight > 0;
+        let decided = self.ev.rtos > 0 || self.ev.retrans_segs > 0 || self.hold.decided_owner().is_some();
+        let ask = (!decided || silent_only) && self.asked.is_none();
+        if ask {
+            self.asked = Some(now);
+        }
+        if quiet <= threshold {
+            return ask;
+        }
+        let waited_out = self.asked.is_some_and(|t| now >= t + cfg.confirm_ms * 1_000_000);
+        if !decided && !waited_out {
+            return ask;
+        }
+        let looked = self.asked.is_some_and(|t| self.hold.ts_ns >= t);
+        if silent_only && !looked && now < self.anchor.0 + threshold + LOOK_WAIT_NS {
+            return ask;
+        }
+        let v = self.judge(cfg, false);
+        if v.0 == StopOwner::Application {
+            return ask;
+        }
+        let start = match self.last_stop {
+            Some((s, e, o)) if self.anchor.0.saturating_sub(e) <= threshold && o == v.0 => s,
+            _ => self.anchor.0,
+        };
+        self.active = Some(start);
+        self.verdict = Some(v);
+        self.was_receivers = v.0 == StopOwner::Receiver;
+        out.push(self.finding(now, start, None, v));
+        ask
+    }
+
+    /// The owner the stop in progress was last reported with.
+    pub fn owner_so_far(&self) -> StopOwner {
+        self.verdict.map_or(StopOwner::Undetermined, |v| v.0)
+    }
+
+    /// A network stop with data still outstanding goes on after the application closes: its last
+    /// data still waits for the path.
+    pub fn outlives_close(&self) -> bool {
+        self.verdict.is_some_and(|(o, _)| o == StopOwner::Network) && self.hold.outstanding()
+    }
+
+    /// Each RTT the ACKs acknowledge about all that is in flight (a small cwnd, each window
+    /// delivered one RTT after it left): the network holds nothing back; the sender sends little.
+    /// A look that finds all of it acknowledged with data waiting and the window open says the same.
+    fn flight_cleared_each_rtt(&self) -> bool {
+        let h = &self.hold;
+        if h.exact && h.in_flight == 0 && h.unsent > 0 && h.usable_wnd >= u64::from(h.mss.max(1)) && self.ev.acks >= 2 {
+            return true;
+        }
+        let last = self.hist.back().map(|&(t, _)| t).unwrap_or(0);
+        if !h.exact || h.in_flight == 0 || self.ev.acks < 2 || last <= self.anchor.0 || self.srtt_us == 0 {
+            return false;
+        }
+        let secs = (last - self.anchor.0) as f64 / 1e9;
+        let per_rtt = self.ev.delivered as f64 * self.srtt_us as f64 / 1e6 / secs;
+        per_rtt >= 0.75 * f64::from(h.in_flight) * f64::from(h.mss.max(1))
+    }
+
+    /// ACKs keep coming while the congestion window grows, with no loss, no timeout and no
+    /// Recovery: the sender ramping up from a small window (after an idle the kernel restarts from
+    /// the initial window), not the network holding data back (that loses, retransmits or stops
+    /// acknowledging).
+    fn ramping(&self) -> bool {
+        let e = &self.ev;
+        e.acks >= 2
+            && e.rtos == 0
+            && e.retrans_segs == 0
+            && e.ca_states.iter().all(|&s| s < CA_RECOVERY)
+            && e.min_cwnd.is_some_and(|m| u64::from(self.hold.cwnd) * 2 >= u64::from(m) * 3 && self.hold.cwnd > m)
+    }
+
+    /// Process and cause from what the sender holds and what happened since delivery was healthy.
+    /// Timeouts and retransmissions prove data was outstanding, whatever an older look said; an
+    /// exact look after the last of them that shows nothing left to send proves it was delivered.
+    pub fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, StopCause) {
+        let e = &self.ev;
+        let emptied = self.hold.exact && !self.hold.outstanding() && self.hold.ts_ns > e.last_loss_ns;
+        let owner = if (e.rtos > 0 || e.retrans_segs > 0) && !emptied {
+            StopOwner::Network
+        } else if self.hold.exact
+            && self.hold.in_flight > 0
+            && self.hold.usable_wnd < self.hold.mss.max(1) as u64
+            && e.acks > 0
+        {
+            // ACKs keep coming and each opens the window by a trickle: a receiver reading slowly,
+            // not a network losing data (that would retransmit or time out).
+            StopOwner::Receiver
+        } else if e.acks > 0 && (self.hold.sender_held() || self.flight_cleared_each_rtt() || self.ramping()) {
+            // ACKs keep acknowledging the little that is out while data waits with cwnd and window
+            // to spare: the sending host trickles, nothing is stuck in the network.
+            StopOwner::Application
+        } else if trusted {
+            self.hold.owner()
+        } else {
+            self.hold.decided_owner().unwrap_or(StopOwner::Undetermined)
+        };
+        let cause = match owner {
+            StopOwner::Receiver => StopCause::ZeroWindow,
+            StopOwner::Application | StopOwner::Undetermined => StopCause::Undetermined,
+            StopOwner::Network => self.network_cause(cfg),
+        };
+        (owner, cause)
+    }
+
+    /// Why the network stopped the connection, from the losses and timeouts seen since.
+    pub fn network_cause(&self, cfg: &StopConfig) -> StopCause {
+        let e = &self.ev;
+        if e.silent_rtos >= cfg.silent_rtos {
+            StopCause::PathSilent
+        } else if e.rtos > 0 && e.silent_rtos == e.rtos {
+            // Every timeout so far went unanswered: resends lost again are the silence's doing.
+            StopCause::Rto
+        } else if e.lost_retrans > 0 && e.max_lost_delay_ns > 2 * self.srtt_us as u64 * 1000 {
+            StopCause::LostRetransmit
+        } else if e.rtos > 0 {
+            StopCause::Rto
+        } else if e.min_cwnd.is_some_and(|c| c <= 2) && e.ca_states.iter().any(|&s| s == CA_RECOVERY || s == CA_LOSS) {
+            StopCause::CwndCollapse
+        } else if e.acks == 0 {
+            // Data in flight, nothing acknowledged, no timeout yet (a tail-loss probe or fast
+            // retransmits may have gone out unanswered): the start of an outage or of heavy loss.
+            // Several unanswered timeouts make it path_silent.
+            StopCause::NoAck
+        } else if e.retrans_segs > 0 && e.ca_states.contains(&CA_RECOVERY) {
+            // A window's worth of holes repaired about one per RTT with cwnd still open: recovery
+            // without SACK (NewReno) or with the scoreboard lost.
+            StopCause::SlowRecovery
+        } else {
+            StopCause::Unknown
+        }
+    }
+}
+
+impl Conn {
+    /// The stop ends at `end`: reported with the owner and cause it had while it lasted.
+    pub fn end(&mut self, cfg: &StopConfig, now: u64, start: u64, end: u64, out: &mut Vec<Finding>) {
+        let verdict = self.verdict.take().unwrap_or_else(|| self.judge(cfg, false));
+        // The evidence gathered since the last tick (a timeout, say) may name the network cause better.
+        let verdict = match verdict {
+            (StopOwner::Network, _) => (StopOwner::Network, self.network_cause(cfg)),
+            v => v,
+        };
+        out.push(self.finding(now, start, Some(end), verdict));
+        self.active = None;
+        self.was_receivers = false;
+        self.resume = None;
+        self.asked = None;
+        self.ev = Evidence::default();
+    }
+
+    /// The stop from `start`, ended at `end` or in progress at `now`.
+    pub fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
+        let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
+        let (owner, cause) = v;
+        Finding {
+            ts_ns: now,
+            conn: Some(self.id),
+            group: None,
+            start_ns: start,
+            duration_s: end.map(|_| secs),
+            ongoing: end.is_none(),
+            cause: cause.into(),
+            owner: Some(owner),
+            path: PathTag::default(),
+            evidence: self.ev.json(owner, &self.hold, now, self.srtt_us, self.rate_bps, secs),
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Communication stops: data outstanding, almost nothing delivered for many RTTs, and whose they are.
+//!
+//! `conn` keeps, per connection, delivery progress against its last healthy point and the last
+//! look at what the sender holds; `judge` decides at each tick when a stop starts, whose it is,
+//! why, and when it ends; `evidence` is what its finding carries; `config` the thresholds.
+mod config;
+mod conn;
+mod evidence;
+mod judge;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+pub use config::StopConfig;
+use conn::Conn;
+
+use crate::model::{Body, Event, Finding};
+
+pub struct StopDetector {
+    cfg: StopConfig,
+    conns: HashMap<u64, Conn>,
+    want_snapshot: bool,
+}
+
+impl StopDetector {
+    pub fn new(cfg: StopConfig) -> Self {
+        StopDetector { cfg, conns: HashMap::new(), want_snapshot: false }
+    }
+
+    pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let c = self.conns.entry(ev.conn.cookie).or_insert_with(|| Conn::new(ev.conn, ev.ts_ns));
+        tracing::trace!(target: "tcpvigil::stop", conn = %c.id.tuple, ts = ev.ts_ns, body = %trace_body(&ev.body),
+            active = ?c.active, anchor = ?c.anchor, acked = c.acked, healthy = c.seen_healthy, "observe");
+        c.observe(&self.cfg, ev, out);
+    }
+
+    /// Whether a stop candidate waits for a fresh look at its sender: the caller should take a
+    /// snapshot now (its records come back through `observe`). Cleared by the call.
+    pub fn wants_snapshot(&mut self) -> bool {
+        std::mem::take(&mut self.want_snapshot)
+    }
+
+    /// Time passes: stops start, sharpen and end here.
+    pub fn tick(&mut self, now: u64, out: &mut Vec<Finding>) {
+        self.conns.retain(|_, c| !c.closed);
+        for c in self.conns.values_mut() {
+            self.want_snapshot |= c.tick(&self.cfg, now, out);
+        }
+    }
+}
+
+/// One record as the detector's trace shows it (`TCPVIGIL_LOG=tcpvigil::stop=trace`).
+fn trace_body(b: &Body) -> String {
+    match b {
+        Body::Sample(s) => format!(
+            "sample acked={} packets_out={} unsent={} wnd={} cwnd={} ca={} srtt_us={} drained={}",
+            s.bytes_acked,
+            s.packets_out,
+            s.write_queue.saturating_sub(s.snd_nxt.wrapping_sub(s.snd_una)),
+            s.snd_wnd,
+            s.cwnd,
+            s.ca_state,
+            s.srtt_us,
+            s.drained
+        ),
+        Body::Snapshot(s) => format!(
+            "snapshot acked={} packets_out={} unsent={} ack_age_us={}",
+            s.bytes_acked, s.packets_out, s.unsent, s.last_ack_age_us
+        ),
+        Body::Retrans(r) => format!("retrans segs={} packets_out={} ca={}", r.segs, r.packets_out, r.ca_state),
+        Body::Rto(r) => format!("rto rto_us={} packets_out={}", r.rto_us, r.packets_out),
+        Body::CaState(c) => format!("ca_state {}", c.new),
+        other => format!("{other:?}").chars().take(60).collect(),
+    }
+}

@@ -1,0 +1,167 @@
+//! When a stop ends (delivery resumed for a while, everything delivered, the close), and when a
+//! quiet spell is one stop going on or two stops.
+use super::*;
+use crate::model::StateChange;
+
+#[test]
+fn a_stop_that_ends_for_a_moment_and_goes_on_is_one_stop() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 400 * MS);
+    let first = r.first().start_ns;
+    // Delivery for just over the resume window ends it; then nothing again.
+    let (t2, acked2) = r.healthy_from(t + 400 * MS, acked, 150);
+    assert!(r.out.iter().any(|f| !f.ongoing), "the stop ended for a moment: {:?}", r.out);
+    r.ticks(t2, t2 + 600 * MS);
+    r.healthy_from(t2 + 600 * MS, acked2, 300);
+    assert!(r.out.iter().all(|f| f.start_ns == first), "{:?}", r.out.iter().map(|f| f.start_ns).collect::<Vec<_>>());
+    let last = r.last();
+    assert!(!last.ongoing && last.duration_s.unwrap() > 0.9, "{last:?}");
+}
+
+/// Lab fuzz seed 31 run 9: an outage, 0.2 s of delivery, then the receiver's window closed; it
+/// was reported as one stop, network -> receiver, from the outage's start.
+#[test]
+fn a_receivers_stall_right_after_a_network_stop_is_a_stop_of_its_own() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 400 * MS);
+    let network = r.first().start_ns;
+    // Delivery for just over the resume window ends it; then the receiver's window closes.
+    let (t2, acked2) = r.healthy_from(t + 400 * MS, acked, 150);
+    r.see(t2 + 10 * MS, drained(acked2, 4 << 20, 0));
+    r.ticks(t2 + 10 * MS, t2 + 1000 * MS);
+    let (net, rcv): (Vec<_>, Vec<_>) = r.out.iter().partition(|f| f.start_ns == network);
+    assert!(net.iter().all(|f| f.owner == Some(StopOwner::Network)), "{net:?}");
+    assert!(net.last().is_some_and(|f| !f.ongoing), "{net:?}");
+    assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
+}
+
+/// Lab fuzz seed 31 run 9, the same with the delivery shorter than the window that confirms it:
+/// the network's stop ends with its last ACK; the receiver's stall after it is its own.
+#[test]
+fn a_network_stop_ends_when_everything_sent_is_delivered_though_the_window_then_closes() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let at = r.three_timeouts(t);
+    assert_eq!(r.first().owner, Some(StopOwner::Network), "{:?}", r.out);
+    // Delivery resumes for 50 ms (under the window that confirms it), then the last ACK
+    // acknowledges everything sent and closes the window: the receiver stopped reading.
+    let (t2, acked2) = r.healthy_from(at + 20 * MS, acked, 50);
+    r.see(t2 + 10 * MS, drained(acked2 + 1448, 4 << 20, 0));
+    r.ticks(t2 + 10 * MS, t2 + 1500 * MS);
+    let network = r.out[0].start_ns;
+    let (net, rcv): (Vec<_>, Vec<_>) = r.out.iter().partition(|f| f.start_ns == network);
+    assert!(net.iter().all(|f| f.owner == Some(StopOwner::Network)), "{net:?}");
+    let end = net.last().expect("network");
+    assert!(!end.ongoing && end_ns(end) <= t2 + 10 * MS, "{end:?}");
+    assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
+}
+
+#[test]
+fn a_stop_whose_sender_runs_out_of_data_ends() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 400 * MS);
+    assert!(r.first().ongoing && r.first().owner == Some(StopOwner::Network), "{:?}", r.out);
+    // Everything gets acknowledged at once and nothing waits (e.g. the last window of a download
+    // acknowledged late): the stop ends there, it does not go on as the application's.
+    r.see(t + 450 * MS, drained(acked + 50 * 1448, 0, 1 << 20));
+    r.ticks(t + 450 * MS, t + 3000 * MS);
+    assert!(!r.last().ongoing, "{:?}", r.out);
+    assert!(r.all_owned_by(StopOwner::Network), "{:?}", r.out);
+}
+
+/// A sender in Recovery, its retransmissions unanswered for 400 ms (a network stop), then
+/// stopped by its user (SIGSTOP): the kernel delivers what it holds and goes idle.
+fn recovery_then_sender_stopped(last_ack: u64) -> Vec<Finding> {
+    let (mut r, t, acked) = Run::healthy(1000);
+    for i in 1..=8u64 {
+        let lost = Retrans { count: 2, since_prev_ns: 100 * MS, lost_retrans: true, ..retrans(CA_RECOVERY, 700, 2800) };
+        r.see_and_tick(t + i * 50 * MS, Body::Retrans(lost));
+    }
+    assert!(r.out.iter().any(|f| f.ongoing && f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    // The holes repaired: everything sent is acknowledged and nothing waits.
+    let emptied = t + 450 * MS;
+    r.see(emptied, drained(acked + last_ack, 0, 1 << 22));
+    let mut at = emptied;
+    for _ in 0..3 {
+        r.ticks(at, at + 1000 * MS);
+        at += 1000 * MS;
+        r.see(at, snapshot(acked + last_ack, 0, 0, 1 << 22, ((at - emptied) / 1000) as u32));
+    }
+    let out = r.out;
+    let ended = out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("the stop never ended: {out:?}"));
+    assert!(end_ns(ended) <= emptied, "{ended:?}");
+    assert!(ended.ts_ns <= emptied + 100 * MS, "ended {} ms after the idle began", (ended.ts_ns - emptied) / MS);
+    assert!(out.iter().all(|f| f.ts_ns <= ended.ts_ns), "reported again during the idle: {out:?}");
+    out
+}
+
+/// Lab fuzz seed 2026 run 7: a sender stopped by SIGSTOP in Recovery, its last data delivered, was
+/// reported as the network's for the 3.4 s of its idle.
+#[test]
+fn a_network_stop_ends_when_a_look_after_its_last_retransmission_shows_nothing_left() {
+    // 4 MB acknowledged at once after the holes were repaired, or a trickle too small to count as
+    // healthy delivery; either way the sender then holds nothing.
+    for last_ack in [4_000_000, 20_000] {
+        let out = recovery_then_sender_stopped(last_ack);
+        assert_eq!(out[0].owner, Some(StopOwner::Network));
+    }
+}
+
+/// Lab fuzz seed 7 run 1: a sender closed 18 s into a stop across a 10 s outage with 68 segments
+/// in flight, delivered by a timeout 4.9 s later.
+#[test]
+fn a_network_stop_outlives_the_close_until_a_look_shows_delivery() {
+    let (mut r, t, acked) = Run::healthy(2000);
+    let at = r.three_timeouts(t);
+    assert!(r.out.iter().any(|f| f.ongoing && f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    // The application closes (FIN_WAIT1) while 50 segments still wait for the path.
+    let closed = at + 10 * MS;
+    r.see(closed, Body::State(StateChange { old: 1, new: 4 }));
+    r.ticks(closed, closed + 1000 * MS);
+    assert!(r.out.iter().all(|f| f.ongoing), "the close ended a stop whose data was still in flight: {:?}", r.out);
+    // A look a second later: nothing more delivered, still stopped.
+    let age = |ts: u64| ((ts - t) / 1000) as u32;
+    r.see(closed + 1000 * MS, snapshot(acked, 50, 100_000, 1 << 20, age(closed + 1000 * MS)));
+    r.ticks(closed + 1000 * MS, closed + 2000 * MS);
+    assert!(r.out.iter().all(|f| f.ongoing), "{:?}", r.out);
+    // Delivery resumed at `resumed`; the next look shows everything delivered by then.
+    let resumed = closed + 1500 * MS;
+    r.see(closed + 2000 * MS, snapshot(acked + 3_000_000, 0, 0, 1 << 20, 500_000));
+    let last = r.last();
+    assert!(!last.ongoing, "{:?}", r.out);
+    assert_eq!(last.owner, Some(StopOwner::Network));
+    let end = end_ns(last);
+    assert!(end.abs_diff(resumed) < MS, "ended {} ms from the delivery", end.abs_diff(resumed) / MS);
+
+    // Without data outstanding the close ends the stop at once.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 300_000, 0));
+    r.ticks(t + 10 * MS, t + 1000 * MS);
+    assert!(r.out.iter().any(|f| f.ongoing && f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+    r.see(t + 1010 * MS, Body::State(StateChange { old: 1, new: 4 }));
+    assert!(!r.last().ongoing, "a receiver's stop ends at the close: {:?}", r.out);
+}
+
+#[test]
+fn the_end_of_a_transfer_and_an_application_pause_are_no_stop() {
+    // The last ACK acknowledges everything and nothing waits: the application is done.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 0, 1 << 20));
+    r.ticks(t + 10 * MS, t + 5000 * MS);
+    assert!(r.out.is_empty(), "an app-limited sender is not stopped: {:?}", r.out);
+    assert!(!r.wants_snapshot());
+    // The application writes again and the transfer goes on: still nothing.
+    r.healthy_from(t + 5000 * MS, acked, 1000);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+
+    // A periodic sample showed data in flight; the ACKs after it that emptied the pipe were not
+    // reported (a stale look): the snapshot shows the sender had nothing left to send.
+    let (mut r, t, acked) = Run::healthy(1000);
+    let mut stale = tests_support::sample(acked);
+    stale.selected = true;
+    r.see(t + 10 * MS, Body::Sample(stale));
+    r.ticks(t + 10 * MS, t + 120 * MS);
+    assert!(r.wants_snapshot());
+    r.see(t + 125 * MS, snapshot(acked + 100_000, 0, 0, 1 << 20, 100_000));
+    r.ticks(t + 125 * MS, t + 3000 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+}

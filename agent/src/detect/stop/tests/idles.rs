@@ -1,0 +1,112 @@
+//! Idles: an application or receiver idle is no stop, and the stop clock of data sent after one
+//! runs from when that data left, however late the daemon learns of it.
+use super::*;
+
+/// Issue 11: a 0.17 s application idle of http.server, ticked only after the next ACK, was
+/// reported as a network stop.
+#[test]
+fn an_idle_the_ticks_missed_does_not_count_towards_a_stop() {
+    // The ACK that empties the pipe leaves nothing to send; the daemon ticks again only after the
+    // application wrote again and that data's first ACK came (a starved daemon): the idle was no
+    // stop, and the new data has been out for one srtt only.
+    let resumed = |acked_then: u64| {
+        let (mut r, t, acked) = Run::healthy(1000);
+        r.see(t + 10 * MS, drained(acked, 0, 1 << 20));
+        let mut s = tests_support::sample(acked + acked_then);
+        s.packets_out = 2000;
+        r.see(t + 200 * MS, Body::Sample(s));
+        (r, t, acked)
+    };
+    let (mut r, t, acked) = resumed(2896);
+    r.ticks(t + 200 * MS, t + 260 * MS);
+    assert!(r.out.is_empty(), "an application idle seen late is no stop: {:?}", r.out);
+    r.healthy_from(t + 260 * MS, acked + 2896, 1000);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    // The same data never acknowledged is a network stop, timed from when it was sent.
+    let (mut r, t, _) = resumed(0);
+    r.ticks(t + 200 * MS, t + 1000 * MS);
+    let first = r.first();
+    assert_eq!(first.owner, Some(StopOwner::Network));
+    assert!(first.start_ns >= t + 150 * MS, "start {} vs {}", first.start_ns, t + 180 * MS);
+}
+
+/// Lab fuzz seed 23 run 46: a 0.2 s zero window, then the refilling burst's first ACKs 0.1 s
+/// after it left, was reported as a network stop dated from the window's closing.
+#[test]
+fn a_short_zero_window_then_the_refilling_burst_is_no_network_stop() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    // The last ACK empties the pipe and closes the window for 100 ms (under the 150 ms threshold).
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 110 * MS);
+    // The window opened unseen at 110 ms and a burst left; the next look, 60 ms later, has its
+    // first ACK only: data out for one srtt, not a stop since the window closed.
+    let mut s = tests_support::sample(acked + 1448);
+    s.packets_out = 500;
+    r.see_and_tick(t + 170 * MS, Body::Sample(s));
+    r.healthy_from(t + 170 * MS, acked + 1448, 1000);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+}
+
+/// An idle of 1.5 s ticked every 50 ms, then data sent at `resumed` into an outage: no ACK, only
+/// `resend` at `resumed + after_ms`, seen after a tick that still thought the connection idle.
+/// Returns the first stop and `resumed`.
+fn first_stop_after_idle_resend(resend: Body, after_ms: u64, looked: bool) -> (Finding, u64) {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 20 * MS, drained(acked + 100_000, 0, 1 << 22));
+    let resumed = t + 1520 * MS;
+    r.ticks(t + 20 * MS, resumed);
+    r.tick(resumed + (after_ms - 10) * MS);
+    if looked {
+        // A periodic snapshot shows the burst in flight, nothing acknowledged since the idle.
+        r.see(resumed + (after_ms - 5) * MS, snapshot(acked + 100_000, 92, 0, 1 << 22, 1_500_000));
+    }
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    r.see(resumed + after_ms * MS, resend);
+    r.ticks(resumed + after_ms * MS, resumed + 600 * MS);
+    (r.first().clone(), resumed)
+}
+
+/// Lab fuzz seed 23 run 1: a sender resumed into a reverse outage, its stop dated 0.28 s late;
+/// run 82: a burst into an outage whose first sign was a tail-loss probe; seed 31 run 39: the
+/// same after a snapshot showed the burst in flight.
+#[test]
+fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_first_resend_reveals() {
+    // The first timeout, rto after the send that armed it.
+    let timeout = Body::Rto(rto(210_000, 1, 500));
+    let (first, resumed) = first_stop_after_idle_resend(timeout.clone(), 210, false);
+    assert_eq!(first.owner, Some(StopOwner::Network));
+    assert_eq!(first.start_ns, resumed, "dated from the send the timer was armed by");
+    // A tail-loss probe in CA state Open, 2 srtt after the last send.
+    let probe = Body::Retrans(retrans(0, 10, 10));
+    let (first, resumed) = first_stop_after_idle_resend(probe.clone(), 40, false);
+    assert_eq!(first.owner, Some(StopOwner::Network));
+    assert_eq!(first.start_ns, resumed, "dated from the send the probe timer was armed by");
+    // The same when a snapshot showed the data in flight before the resend.
+    for (resend, after_ms) in [(timeout, 210), (probe, 40)] {
+        let (first, resumed) = first_stop_after_idle_resend(resend, after_ms, true);
+        assert_eq!(first.start_ns, resumed, "dated from the send after a look that showed it in flight");
+    }
+}
+
+/// Lab fuzz seed 23 run 56: a 2 Mbit/s sender's burst crossing 1 MiB after an idle the kernel did
+/// not report was reported as a network stop dated from the burst before.
+#[test]
+fn a_connection_becoming_bulk_after_an_idle_starts_its_stop_clock_then() {
+    let mut r = Run::new();
+    let burst = |r: &mut Run, t: u64, acked: u64, packets_out: u32| {
+        let mut s = tests_support::sample(acked);
+        (s.srtt_us, s.packets_out, s.write_queue) = (12_000, packets_out, 113_936 + packets_out * 1448);
+        r.see_and_tick(t, Body::Sample(s));
+    };
+    // Bursts below 1 MiB; the last one's fast retransmits, then its pipe-emptying ACK, which the
+    // kernel does not report for a connection not bulk yet.
+    burst(&mut r, 0, 800_000, 20);
+    burst(&mut r, 50 * MS, 850_000, 20);
+    burst(&mut r, 100 * MS, 917_542, 29);
+    r.see(110 * MS, Body::Retrans(retrans(CA_RECOVERY, 0, 29)));
+    r.ticks(100 * MS, 1000 * MS);
+    // The next burst crosses 1 MiB: its first sample is the connection's first as a bulk one.
+    burst(&mut r, 1000 * MS, 1_050_042, 11);
+    burst(&mut r, 1050 * MS, 1_101_450, 18);
+    assert!(r.out.is_empty(), "an idle before the connection was bulk is no stop: {:?}", r.out);
+}

@@ -1,0 +1,172 @@
+//! The stop detector's tests, on one connection (cookie 1, 20 ms srtt) driven record by record.
+//! Where a randomized lab run found a rule, the test that reproduces it says which.
+mod causes;
+mod ends;
+mod idles;
+mod owners;
+
+use super::{StopConfig, StopDetector};
+use crate::detect::owner::StopOwner;
+use crate::detect::tests_support;
+use crate::model::event::{Rto, CA_RECOVERY};
+use crate::model::{Body, ConnId, Event, Finding, Retrans, Snap, StopCause, Tuple};
+
+const MS: u64 = 1_000_000;
+
+/// The connection under test and what the detector reported about it.
+struct Run {
+    d: StopDetector,
+    out: Vec<Finding>,
+}
+
+impl Run {
+    /// A connection nothing was seen of yet.
+    fn new() -> Run {
+        Run { d: StopDetector::new(StopConfig::default()), out: Vec::new() }
+    }
+
+    /// A connection that delivered 25 MB/s for `ms` from time 0, with the time and the bytes
+    /// acknowledged at the end of it.
+    fn healthy(ms: u64) -> (Run, u64, u64) {
+        let mut r = Run::new();
+        let (t, acked) = r.healthy_from(0, 0, ms);
+        (r, t, acked)
+    }
+
+    /// 25 MB/s for `ms` from `t0` and `acked0`: a sample every 50 ms, each followed by a tick.
+    /// Returns the time and the bytes acknowledged at the end.
+    fn healthy_from(&mut self, t0: u64, acked0: u64, ms: u64) -> (u64, u64) {
+        let (mut t, mut acked) = (t0, acked0);
+        while t < t0 + ms * MS {
+            t += 50 * MS;
+            acked += 1_250_000;
+            self.see_and_tick(t, sample(acked, 80, 0, 1 << 20));
+        }
+        (t, acked)
+    }
+
+    /// A record of the connection at `at`.
+    fn see(&mut self, at: u64, body: Body) {
+        let conn = ConnId {
+            cookie: 1,
+            netns: 1,
+            tuple: Tuple { local: "10.0.0.1:4000".parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() },
+        };
+        self.d.observe(&Event { ts_ns: at, conn, body }, &mut self.out);
+    }
+
+    fn tick(&mut self, at: u64) {
+        self.d.tick(at, &mut self.out);
+    }
+
+    /// A record at `at` and the tick right after it (a look per tick).
+    fn see_and_tick(&mut self, at: u64, body: Body) {
+        self.see(at, body);
+        self.tick(at);
+    }
+
+    /// Ticks every 50 ms after `from` up to `to`.
+    fn ticks(&mut self, from: u64, to: u64) {
+        let mut t = from;
+        while t < to {
+            t += 50 * MS;
+            self.tick(t);
+        }
+    }
+
+    /// Nothing arrives after `t`; timeouts back off 220, 440, 880 ms with 50 segments in flight.
+    /// Returns the time of the last one.
+    fn three_timeouts(&mut self, t: u64) -> u64 {
+        let mut at = t;
+        for (i, wait) in [220u64, 440, 880].into_iter().enumerate() {
+            self.ticks(at, at + wait * MS);
+            at += wait * MS;
+            let n = i as u32;
+            self.see(at, Body::Rto(Rto { retransmits: n, backoff: n, ..rto(wait * 1000, 1, 50) }));
+        }
+        at
+    }
+
+    fn wants_snapshot(&mut self) -> bool {
+        self.d.wants_snapshot()
+    }
+
+    fn first(&self) -> &Finding {
+        self.out.first().unwrap_or_else(|| panic!("no stop reported"))
+    }
+
+    fn last(&self) -> &Finding {
+        self.out.last().unwrap_or_else(|| panic!("no stop reported"))
+    }
+
+    /// Every report has this owner.
+    fn all_owned_by(&self, owner: StopOwner) -> bool {
+        self.out.iter().all(|f| f.owner == Some(owner))
+    }
+
+    /// No report blames the network.
+    fn never_the_networks(&self) -> bool {
+        self.out.iter().all(|f| f.owner != Some(StopOwner::Network))
+    }
+}
+
+/// Process and cause of a stop's report.
+fn verdict(f: &Finding) -> (StopOwner, StopCause) {
+    (f.owner.expect("a stop has an owner"), f.cause.stop().expect("a stop cause"))
+}
+
+/// The end of a stop that ended.
+fn end_ns(f: &Finding) -> u64 {
+    f.start_ns + (f.duration_s.expect("ended") * 1e9) as u64
+}
+
+/// A bulk sample: `acked` bytes acknowledged, cwnd, CA state and the peer's window.
+fn sample(acked: u64, cwnd: u32, ca: u8, wnd: u32) -> Body {
+    let mut s = tests_support::sample(acked);
+    (s.cwnd, s.ca_state, s.snd_wnd) = (cwnd, ca, wnd);
+    Body::Sample(s)
+}
+
+/// The state an ACK of everything sent leaves: nothing in flight, `unsent` bytes waiting, the
+/// window it advertises.
+fn drained(acked: u64, unsent: u32, wnd: u32) -> Body {
+    let mut s = tests_support::sample(acked);
+    (s.drained, s.packets_out, s.in_flight, s.snd_una, s.snd_nxt) = (true, 0, 0, 5000, 5000);
+    (s.write_queue, s.snd_wnd) = (unsent, wnd);
+    Body::Sample(s)
+}
+
+/// A snapshot: bytes acknowledged, segments in flight, bytes waiting, the peer's window and how
+/// long ago the last ACK came.
+fn snapshot(acked: u64, packets_out: u32, unsent: u32, wnd: u32, last_ack_age_us: u32) -> Body {
+    Body::Snapshot(Snap {
+        state: 1,
+        srtt_us: 20_000,
+        mss: 1448,
+        packets_out,
+        unsent,
+        write_queue: unsent + packets_out * 1448,
+        snd_una: 5000,
+        snd_nxt: 5000 + packets_out * 1448,
+        snd_wnd: wnd,
+        bytes_acked: acked,
+        last_ack_age_us,
+        ..Default::default()
+    })
+}
+
+/// A retransmission of one segment in CA state `ca`, with cwnd and segments in flight.
+fn retrans(ca: u8, cwnd: u32, packets_out: u32) -> Retrans {
+    Retrans { segs: 1, count: 1, ca_state: ca, cwnd, packets_out, ..Default::default() }
+}
+
+/// A timeout of `rto_us`, with cwnd and segments in flight.
+fn rto(rto_us: u64, cwnd: u32, packets_out: u32) -> Rto {
+    Rto { rto_us: rto_us as u32, cwnd, packets_out, ..Default::default() }
+}
+
+#[test]
+fn a_clean_transfer_raises_nothing() {
+    let (r, _, _) = Run::healthy(5000);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+}

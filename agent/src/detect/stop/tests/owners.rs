@@ -1,0 +1,232 @@
+//! Whose stop it is: the network's, the receiver's, or undetermined when no look can tell; and
+//! the senders that only look stopped (trickling, ramping up, emptying the pipe every RTT).
+use super::*;
+
+#[test]
+fn a_receiver_that_stops_reading_is_the_receivers_stop_from_the_first_report() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    // The last ACK acknowledges everything sent and closes the window; 4 MiB wait.
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 3000 * MS);
+    assert!(!r.wants_snapshot(), "the drained ACK decides it: no snapshot needed");
+    let first = r.first();
+    assert_eq!(verdict(first), (StopOwner::Receiver, StopCause::ZeroWindow));
+    assert!(first.ongoing);
+    assert_eq!(first.evidence["receiver_limited"], true);
+    assert!(r.all_owned_by(StopOwner::Receiver), "{:?}", r.out);
+    // The receiver reads again: the window opens and delivery resumes.
+    r.healthy_from(t + 3000 * MS, acked, 500);
+    let last = r.last();
+    assert!(!last.ongoing);
+    assert_eq!(verdict(last), (StopOwner::Receiver, StopCause::ZeroWindow));
+}
+
+/// Lab fuzz seed 2026 run 9: three fast retransmissions after a 3.3 s zero window made the
+/// receiver's stop network/slow_recovery.
+#[test]
+fn fast_retransmits_of_the_burst_that_refills_the_window_leave_the_stop_the_receivers() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 3000 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    // The window opens: a burst, three segments lost at the bottleneck and fast-retransmitted in
+    // Recovery while delivery picks up slowly.
+    let mut t = t + 3000 * MS;
+    for i in 0..3u64 {
+        t += 20 * MS;
+        r.see(t, Body::Retrans(retrans(CA_RECOVERY, 300, 250)));
+        r.see_and_tick(t, sample(acked + i * 1448, 300, CA_RECOVERY, 10 << 20));
+    }
+    r.healthy_from(t, acked + 5000, 1000);
+    assert!(!r.last().ongoing, "{:?}", r.out);
+    assert!(r.all_owned_by(StopOwner::Receiver), "{:?}", r.out);
+}
+
+/// Lab fuzz seed 23 run 85: a 24 s zero window went receiver -> undetermined -> network/unknown.
+#[test]
+fn a_receivers_stop_made_undetermined_by_a_stale_look_does_not_become_the_networks_without_a_timeout() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 2000 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    // A per-ACK sample of a selected connection (one ACK behind, not exact): window open,
+    // nothing in flight, data waiting: the look cannot tell.
+    let mut s = tests_support::sample(acked);
+    (s.selected, s.packets_out, s.in_flight, s.snd_nxt, s.snd_una, s.write_queue) = (true, 0, 0, 5000, 5000, 4 << 20);
+    r.see(t + 2010 * MS, Body::Sample(s));
+    r.ticks(t + 2010 * MS, t + 2100 * MS);
+    assert!(r.out.iter().any(|f| f.owner == Some(StopOwner::Undetermined)), "{:?}", r.out);
+    // Then data in flight again, nothing delivered yet, no timeout: the stop winding down.
+    r.see(t + 2120 * MS, snapshot(acked, 200, 3 << 20, 8 << 20, 2_000_000));
+    r.ticks(t + 2120 * MS, t + 2300 * MS);
+    assert!(r.never_the_networks(), "{:?}", r.out);
+}
+
+#[test]
+fn a_receiver_reading_a_trickle_with_its_window_full_is_the_receivers_stop() {
+    let (mut r, mut t, mut acked) = Run::healthy(1000);
+    // Every 100 ms an ACK for 2 KB opens the window by as much, which the sender fills at once.
+    for _ in 0..20 {
+        t += 100 * MS;
+        acked += 2000;
+        let mut s = tests_support::sample(acked);
+        (s.packets_out, s.snd_una, s.snd_nxt, s.snd_wnd) = (2, 10_000, 12_000, 2000);
+        r.see_and_tick(t, Body::Sample(s));
+    }
+    assert_eq!(verdict(r.first()), (StopOwner::Receiver, StopCause::ZeroWindow), "{:?}", r.out);
+    assert!(r.never_the_networks(), "{:?}", r.out);
+}
+
+#[test]
+fn a_look_that_still_finds_the_window_closed_does_not_restart_the_receivers_stop() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 100 * MS);
+    // The periodic snapshot, before the threshold: still nothing in flight, the window closed.
+    r.see(t + 100 * MS, snapshot(acked, 0, 4 << 20, 0, 90_000));
+    r.ticks(t + 100 * MS, t + 1000 * MS);
+    let first = r.first();
+    assert_eq!(first.owner, Some(StopOwner::Receiver));
+    assert!(first.start_ns <= t + 10 * MS, "dated from the window's closing: {}", (first.start_ns - t) / MS);
+}
+
+#[test]
+fn a_stale_look_asks_for_a_snapshot_and_reports_nothing_network_before_it() {
+    // The last report is a drained ACK with data waiting and the window open (the kernel sends at
+    // once), so it cannot say whose the silence is.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 1 << 20));
+    let mut asked = None;
+    let mut at = t + 10 * MS;
+    while asked.is_none() && at < t + 1000 * MS {
+        at += 20 * MS;
+        r.tick(at);
+        if r.wants_snapshot() {
+            asked = Some(at);
+        }
+    }
+    let asked = asked.expect("a snapshot is asked for");
+    // 3/4 of the 140 ms threshold (20 ms RTT): asked before the stop could be reported.
+    assert!(asked - t <= 130 * MS, "asked {} ms after the last ACK", (asked - t) / MS);
+    assert!(r.out.is_empty(), "nothing reported before the fresh look: {:?}", r.out);
+    // The snapshot: the window is closed, nothing in flight.
+    r.see(asked + 5 * MS, snapshot(acked, 0, 4 << 20, 0, 150_000));
+    r.ticks(asked + 5 * MS, asked + 500 * MS);
+    let first = r.first();
+    assert_eq!(verdict(first), (StopOwner::Receiver, StopCause::ZeroWindow));
+    assert!(first.ts_ns - t <= 240 * MS, "reported {} ms after the start", (first.ts_ns - t) / MS);
+}
+
+#[test]
+fn a_look_that_never_comes_is_reported_as_undetermined_not_as_the_network() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 1 << 20));
+    r.ticks(t + 10 * MS, t + 2000 * MS);
+    let first = r.first();
+    assert_eq!(verdict(first), (StopOwner::Undetermined, StopCause::Undetermined));
+    assert!(first.ts_ns - t <= (140 + 250 + 40) * MS);
+    assert!(r.never_the_networks(), "{:?}", r.out);
+}
+
+/// Lab fuzz seed 7 runs 86 and 93: a receiver's ACKs 52 ms apart while its window closed were
+/// reported network/no_ack.
+#[test]
+fn acks_seen_one_late_on_a_slow_ack_clock_are_no_stop_once_a_fresh_look_flushes_them() {
+    // The fallback reports each ACK when the next arrives, every other one only: the daemon's last
+    // delivery is 104-156 ms old at its ticks.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 150 * MS);
+    assert!(r.wants_snapshot(), "silence past 3/4 of the threshold asks for a look");
+    r.tick(t + 170 * MS);
+    assert!(r.out.is_empty(), "reported before the look it asked for: {:?}", r.out);
+    // The look: the pending ACK of t + 104 ms flushed, then the snapshot itself. Two ACKs of
+    // 75 kB each (the first never reported on its own): 1.4 MB/s, a tenth of the rate.
+    r.see(t + 104 * MS, Body::Sample(tests_support::sample(acked + 150_000)));
+    r.see(t + 175 * MS, snapshot(acked + 150_000, 30, 100_000, 1 << 20, 71_000));
+    // Delivery at t + 104 ms: the quiet starts there (the ACKs that follow would go on moving it).
+    r.ticks(t + 175 * MS, t + 225 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+
+    // Real silence: the look shows nothing more delivered, and the stop is the network's.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 150 * MS);
+    assert!(r.wants_snapshot());
+    r.see(t + 160 * MS, snapshot(acked, 30, 100_000, 1 << 20, 160_000));
+    r.tick(t + 170 * MS);
+    assert_eq!(
+        verdict(r.first()),
+        (StopOwner::Network, StopCause::NoAck),
+        "reported at the first tick past the threshold"
+    );
+}
+
+/// Lab fuzz seed 1 run 3: 4 segments per RTT, each acknowledged one RTT later, 12 MB waiting,
+/// cwnd 2396 (the sending host held it back). Run 22: cwnd 4 without a loss, 4 segments per
+/// 10 ms RTT, 3 MB waiting.
+#[test]
+fn a_sender_trickling_with_cwnd_and_window_to_spare_is_no_network_stop() {
+    let trickle = |packets_out: u32, cwnd: u32| {
+        let (mut r, mut t, mut acked) = Run::healthy(1000);
+        // Every RTT (20 ms) an ACK for the 4 segments out; 12 MB wait; the window is open.
+        for _ in 0..30 {
+            t += 20 * MS;
+            acked += 4 * 1448;
+            let mut s = tests_support::sample(acked);
+            (s.packets_out, s.cwnd, s.write_queue, s.snd_wnd) = (packets_out, cwnd, 12 << 20, 10 << 20);
+            s.snd_nxt = s.snd_una.wrapping_add(packets_out * 1448);
+            r.see_and_tick(t, Body::Sample(s));
+        }
+        r.out
+    };
+    let out = trickle(4, 2396);
+    assert!(out.is_empty(), "the sending host held it back: {out:?}");
+    // cwnd 4 without a loss: the 4 segments out are acknowledged every RTT.
+    let out = trickle(4, 4);
+    assert!(out.is_empty(), "each window delivered an RTT after it left: {out:?}");
+    // The same trickle with the flight filling cwnd is delivery collapsing in the network.
+    let out = trickle(80, 80);
+    assert!(out.first().is_some_and(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
+}
+
+/// Lab fuzz seed 23 run 44: cwnd 4 for 0.2 s without a loss, every ACK emptying the pipe.
+#[test]
+fn a_sender_whose_every_ack_empties_the_pipe_with_data_waiting_is_no_stop() {
+    let (mut r, mut t, mut acked) = Run::healthy(1000);
+    // Every RTT the 4 segments out are all acknowledged, 12 MB wait, the window is open.
+    for _ in 0..30 {
+        t += 20 * MS;
+        acked += 4 * 1448;
+        r.see_and_tick(t, drained(acked, 12 << 20, 10 << 20));
+    }
+    assert!(r.out.is_empty(), "the network held nothing back: {:?}", r.out);
+}
+
+/// Lab fuzz seed 1 run 39: an 8.5 s sender pause at 132 ms RTT, then cwnd 11 and growing, every
+/// segment acknowledged an RTT after it left.
+#[test]
+fn a_sender_ramping_up_from_a_small_window_is_no_network_stop() {
+    // After healthy delivery the sender starts again from cwnd 10 (as after an idle) at 132 ms
+    // RTT: each RTT the ACKs acknowledge the last window and cwnd doubles.
+    let ramp = |grows: bool| {
+        let (mut r, mut t, mut acked) = Run::healthy(1000);
+        let mut cwnd = 10u32;
+        for _ in 0..6 {
+            r.ticks(t, t + 130 * MS);
+            t += 132 * MS;
+            acked += u64::from(cwnd / 2) * 1448;
+            let mut s = tests_support::sample(acked);
+            (s.packets_out, s.cwnd, s.write_queue, s.snd_wnd, s.srtt_us) = (cwnd, cwnd, 12 << 20, 10 << 20, 132_000);
+            s.snd_nxt = s.snd_una.wrapping_add(cwnd * 1448);
+            r.see(t, Body::Sample(s));
+            if grows {
+                cwnd *= 2;
+            }
+        }
+        r.out
+    };
+    let out = ramp(true);
+    assert!(out.iter().all(|f| f.owner != Some(StopOwner::Network)), "a ramp is the sender's: {out:?}");
+    // Half of a window that does not grow acknowledged per RTT: the network holds data back.
+    let out = ramp(false);
+    assert!(out.iter().any(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
+}
