@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod config;
 pub mod detect;
 pub mod export;
+pub mod files;
 pub mod logging;
 pub mod model;
 pub mod plot;

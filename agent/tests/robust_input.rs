@@ -233,7 +233,7 @@ fn hostile_files_get_exit_2_and_a_clear_message_from_analyze_and_plot() {
     let ooo = tmp("ooo.jsonl");
     std::fs::write(&ooo, lines.join("\n") + "\n").expect("write");
     let cases: [(&Path, &str); 5] = [
-        (Path::new("/dev/zero"), "not a tcpvigil recording"),
+        (Path::new("/dev/zero"), "not a regular file"),
         (&dir, "directory"),
         (&long, "line 2: longer than 1 mib"),
         (&cut, "reading the recording"),
@@ -257,7 +257,7 @@ fn hostile_config_files_get_exit_2_and_a_clear_message() {
     let bad = tmp("bad.toml");
     std::fs::write(&bad, "[bpf\nringbuf_mib = \n").expect("write");
     for (f, expect) in [
-        (Path::new("/dev/zero"), "not a config file"),
+        (Path::new("/dev/zero"), "not a regular file"),
         (Path::new("/"), "directory"),
         (web.as_path(), "not a config file"),
         (bad.as_path(), "bad.toml"),

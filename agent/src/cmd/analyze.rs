@@ -1,5 +1,4 @@
 //! `tcpvigil analyze FILE`: replay a recording through the detectors and print the diagnoses.
-use std::fs::File;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,11 +26,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(c) => c,
         Err(e) => return Ok(usage(e)),
     };
-    let f = match File::open(&a.file) {
+    let f = match tcpvigil::files::open_regular(&a.file) {
         Ok(f) => f,
         Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.file.display()))),
     };
-    let rec = match tcpvigil::recording::read_file(f) {
+    // A recording too large to hold is analysed up to the cut, which is reported last (exit 2).
+    let (rec, cut) = match tcpvigil::recording::read_file_prefix(f) {
         Ok(r) => r,
         Err(e) => return Ok(usage(format!("{}: {e}", a.file.display()))),
     };
@@ -55,6 +55,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
         eprintln!("  {:?} {} {} at {} ({})", f.kind, f.cause, who, wall(f.start_ns, off), dur);
+    }
+    if let Some(c) = cut {
+        return Ok(usage(format!(
+            "{}: too large to hold in memory: {c}; the findings above cover what was kept",
+            a.file.display()
+        )));
     }
     Ok(ExitCode::SUCCESS)
 }

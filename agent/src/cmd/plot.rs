@@ -1,5 +1,4 @@
 //! `tcpvigil plot RECORDING`: the papers' pictures (SVG and PNG) from any recording.
-use std::fs::File;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -8,11 +7,12 @@ use tcpvigil::plot::{findings_path_for, plot_recording, read_findings, PlotArgs}
 use super::common::usage;
 
 pub fn run(a: PlotArgs) -> Result<ExitCode> {
-    let f = match File::open(&a.recording) {
+    let f = match tcpvigil::files::open_regular(&a.recording) {
         Ok(f) => f,
         Err(e) => return Ok(usage(format!("cannot open {}: {e}", a.recording.display()))),
     };
-    let rec = match tcpvigil::recording::read_file(f) {
+    // A recording too large to hold is drawn up to the cut, which is reported last (exit 2).
+    let (rec, cut) = match tcpvigil::recording::read_file_prefix(f) {
         Ok(r) => r,
         Err(e) => return Ok(usage(format!("{}: {e}", a.recording.display()))),
     };
@@ -33,5 +33,11 @@ pub fn run(a: PlotArgs) -> Result<ExitCode> {
         println!("{}", p.display());
     }
     eprintln!("tcpvigil: {} pictures in {}", files.len(), a.out.display());
+    if let Some(c) = cut {
+        return Ok(usage(format!(
+            "{}: too large to hold in memory: {c}; the pictures show what was kept",
+            a.recording.display()
+        )));
+    }
     Ok(ExitCode::SUCCESS)
 }

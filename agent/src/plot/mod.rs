@@ -11,7 +11,6 @@ pub mod svg;
 pub mod synth;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
@@ -45,17 +44,40 @@ pub fn findings_path_for(recording: &Path) -> PathBuf {
     recording.with_extension("findings.jsonl")
 }
 
-/// Read findings, one JSON object per line; a bad line is an error naming it.
+/// At most this many findings are read from a findings file.
+pub const MAX_FINDINGS: usize = 100_000;
+
+/// Read findings, one JSON object per line; a bad line is an error naming it (quoting little of
+/// it). Regular files only, lines of at most 1 MiB, at most `MAX_FINDINGS`.
 pub fn read_findings(path: &Path) -> anyhow::Result<Vec<Finding>> {
-    let f = File::open(path).with_context(|| format!("cannot open the findings {}", path.display()))?;
+    use std::io::Read;
+    let f = crate::files::open_regular(path).with_context(|| format!("cannot open the findings {}", path.display()))?;
+    let mut r = BufReader::new(f);
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
+    let mut buf = Vec::new();
+    for i in 1.. {
+        buf.clear();
+        let n = r.by_ref().take(recording::MAX_LINE as u64 + 1).read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if buf.len() > recording::MAX_LINE {
+            anyhow::bail!("{} line {i}: longer than 1 MiB: not a tcpvigil finding", path.display());
+        }
+        let line = String::from_utf8_lossy(&buf);
         if line.trim().is_empty() {
             continue;
         }
-        let finding = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a tcpvigil finding", path.display(), i + 1))?;
+        if out.len() >= MAX_FINDINGS {
+            anyhow::bail!("{}: more than {MAX_FINDINGS} findings", path.display());
+        }
+        let finding = serde_json::from_str(&line).map_err(|e| {
+            anyhow::anyhow!(
+                "{} line {i}: not a tcpvigil finding: {}",
+                path.display(),
+                crate::files::clip(&e.to_string(), crate::files::QUOTE_BYTES)
+            )
+        })?;
         out.push(finding);
     }
     Ok(out)
@@ -63,8 +85,7 @@ pub fn read_findings(path: &Path) -> anyhow::Result<Vec<Finding>> {
 
 /// `tcpvigil plot`: read the recording (and findings) and write the pictures.
 pub fn run(args: &PlotArgs) -> anyhow::Result<Vec<PathBuf>> {
-    let file = File::open(&args.recording).with_context(|| format!("cannot open {}", args.recording.display()))?;
-    let rec = recording::read(BufReader::new(file)).with_context(|| args.recording.display().to_string())?;
+    let rec = recording::open(&args.recording).with_context(|| args.recording.display().to_string())?;
     let sibling = findings_path_for(&args.recording);
     let findings = match &args.findings {
         Some(p) => read_findings(p)?,
@@ -94,11 +115,12 @@ pub fn finding_cookies(f: &Finding) -> Vec<u64> {
 }
 
 fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    // Never through a symlink someone left where a picture goes (plot may run as root).
     let svg_path = out_dir.join(format!("{stem}.svg"));
-    std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
+    crate::files::write(&svg_path, svg.as_bytes(), 0o644).with_context(|| format!("writing {}", svg_path.display()))?;
     let png = svg::png(svg).with_context(|| format!("rasterising {stem}"))?;
     let png_path = out_dir.join(format!("{stem}.png"));
-    std::fs::write(&png_path, png).with_context(|| format!("writing {}", png_path.display()))?;
+    crate::files::write(&png_path, &png, 0o644).with_context(|| format!("writing {}", png_path.display()))?;
     written.push(svg_path);
     written.push(png_path);
     Ok(())
