@@ -166,6 +166,12 @@ fn a_megabyte_of_bad_input_is_quoted_in_a_few_hundred_bytes() {
         let err = refused(&["run", "--check-config", "--config", s(&p)], name);
         assert!(err.len() < 2000, "{name}: {} bytes of stderr", err.len());
     }
+    let yml = d.join("web.yml");
+    std::fs::write(&yml, format!("basic_auth_users:\n  {long}: x\n")).expect("write");
+    let toml = d.join("web.toml");
+    std::fs::write(&toml, format!("[export]\nweb_config = \"{}\"\n", yml.display())).expect("write");
+    let err = refused(&["run", "--check-config", "--config", s(&toml)], "web.yml");
+    assert!(err.len() < 2000, "web config: {} bytes of stderr", err.len());
     // (One command-line argument may be at most 128 KiB.)
     let err = refused(
         &["record", "--out", s(&d.join("r.jsonl")), "--conn", &format!("{}x", &long[..100_000])],

@@ -3,6 +3,7 @@
 //! Data flows in only: the daemon hands events, findings and the connection table to
 //! [`metrics::Metrics`] and findings to [`events::EventsWriter`]; [`http::HttpServer`] serves
 //! the registry. Nothing here feeds back upstream.
+pub mod auth;
 pub mod config;
 mod conns;
 pub mod events;
@@ -10,6 +11,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod recorder;
+pub mod tls;
 pub mod webconfig;
 
 #[cfg(test)]
