@@ -30,7 +30,7 @@ pub enum RecorderError {
     Config(String),
     #[error("recorder: writing the dump in {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("recorder: the dump directory {path} is {why}; give each daemon its own (recorder.dir or --dump-dir)")]
+    #[error("recorder: the dump directory {path} is {why}; give each daemon its own")]
     Busy { path: PathBuf, why: String },
     #[error("recorder: drawing the dump's pictures: {0:#}")]
     Plot(anyhow::Error),
