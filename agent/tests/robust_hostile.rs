@@ -21,10 +21,15 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// The binary under test; TV_BIN=path runs another (e.g. an older build, to see a test fail).
+fn bin() -> String {
+    std::env::var("TV_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tcpvigil").to_string())
+}
+
 /// Run tcpvigil with `args`; it must finish within `limit`.
 fn tv(args: &[&str], limit: Duration) -> Output {
     let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+    let mut child = Command::new(bin())
         .args(args)
         .env("TCPVIGIL_LOG", "warn")
         .stdout(Stdio::piped())
@@ -298,7 +303,7 @@ fn plot_draws_a_recording_whose_events_step_back_as_far_as_the_reader_allows() {
 /// Peak RSS (VmHWM) of a command, KiB, and its output.
 fn peak_rss(args: &[&str], limit: Duration) -> (u64, Output) {
     let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+    let mut child = Command::new(bin())
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
