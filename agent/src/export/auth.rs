@@ -274,7 +274,9 @@ mod tests {
             }
             let (k, u) = (known[4], unknown[4]);
             println!("cost {cost}: known user {k:.1} ms, unknown {u:.1} ms");
-            assert!((0.5..2.0).contains(&(u / k)), "cost {cost}: known user {k:.1} ms, unknown {u:.1} ms");
+            // Loose bounds (tests run side by side on a shared machine): the cost-10 dummy this
+            // replaced made an unknown user 16 times dearer than a cost-6 one, 4 times a cost-8 one.
+            assert!((0.33..3.0).contains(&(u / k)), "cost {cost}: known user {k:.1} ms, unknown {u:.1} ms");
         }
     }
 
