@@ -303,12 +303,7 @@ fn plot_draws_a_recording_whose_events_step_back_as_far_as_the_reader_allows() {
 /// Peak RSS (VmHWM) of a command, KiB, and its output.
 fn peak_rss(args: &[&str], limit: Duration) -> (u64, Output) {
     let t = Instant::now();
-    let mut child = Command::new(bin())
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = Command::new(bin()).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
     let mut peak = 0;
     while child.try_wait().expect("wait").is_none() {
         if let Ok(st) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
