@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench-robust.sh: the whole robustness suite (docs/robustness.md): the fast root tests CI runs
 # (load without kernel config, RTO count, attribution, kill -9, two daemons, full disk, hostile
-# input, floods, web endpoint), a longer fuzz, the BPF cost per program, the churn-and-scale bench
-# in release mode, and optionally the one-hour soak. Prints every figure the tests print.
+# input and hostile files, floods, web endpoint and floods of local clients against it), a longer
+# fuzz (decoder, recordings, config, filters, plot's series, web requests), the BPF cost per
+# program, the churn-and-scale bench in release mode, and optionally the one-hour soak. Prints
+# every figure the tests print.
 # Usage: bash scripts/bench-robust.sh [--fuzz-secs N] [--soak MINUTES]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,8 @@ t0=$(date +%s)
 step "fast suite (what CI runs), one test at a time"
 s=$(date +%s)
 CI=true cargo test --locked -p tcpvigil --test robust_load --test robust_rto --test robust_owner \
-  --test robust_kill --test robust_disk --test robust_web --test robust_input --test robust_flood \
+  --test robust_kill --test robust_disk --test robust_web --test robust_web_flood --test robust_input \
+  --test robust_hostile --test robust_flood \
   -- --test-threads=1 --nocapture 2>&1 | grep -vE '^\s+(Compiling|Running)|^$|^running|^test result: ok. 0'
 echo "fast suite: $(( $(date +%s) - s )) s"
 

@@ -108,14 +108,32 @@ pub enum ConfigError {
     #[error("reading {path}: {err}")]
     Read { path: String, err: std::io::Error },
     #[error("{path}: {err}")]
-    Parse { path: String, err: toml::de::Error },
-    #[error("{path}: {err}")]
+    Parse { path: String, err: String },
+    #[error("{path}: {}", crate::files::clip(&err.to_string(), 4 * crate::files::QUOTE_BYTES))]
     Invalid { path: String, err: InvalidSection },
+}
+
+/// A TOML error in one line: where, what, and at most a few hundred bytes of the line (toml's
+/// own message quotes the whole line twice: a 1 MB line became 2 MB of stderr).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    use crate::files::{clip, QUOTE_BYTES};
+    let msg = clip(e.message().trim(), QUOTE_BYTES);
+    let Some(span) = e.span() else { return msg };
+    let mut at = span.start.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_no = text[..at].matches('\n').count() + 1;
+    let col = text[line_start..at].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("").trim();
+    format!("line {line_no}, column {col}: {msg}: {}", clip(line, QUOTE_BYTES))
 }
 
 impl Config {
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|err| ConfigError::Parse { path: path.into(), err })?;
+        let c: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), err: toml_error(text, &e) })?;
         c.validate().map_err(|err| ConfigError::Invalid { path: path.into(), err })?;
         Ok(c)
     }
@@ -215,5 +233,31 @@ mod tests {
         assert!(e.contains("recorder.max_dumps"), "{e}");
         let e = Config::parse("[recorder]\nmax_dump = 5\n", "t").unwrap_err().to_string();
         assert!(e.contains("max_dump"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_bad_line_is_quoted_briefly_with_where_it_is() {
+        let long = "a".repeat(1 << 20);
+        for text in [format!("[export]\nevents = \"{long}\n"), format!("[export]\ntop_k = \"{long}\"\n")] {
+            let e = Config::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.len() < 1000, "{} bytes of error", e.len());
+            assert!(e.starts_with("t.toml: line 2, column"), "{e}");
+        }
+        let e = Config::parse("[bpf]\nringbuf_mib = 3\n", "t").unwrap_err().to_string();
+        assert!(e.contains("ringbuf_mib"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_at_once() {
+        let fifo = std::env::temp_dir().join(format!("tcpvigil-cfg-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let t = std::time::Instant::now();
+        let e = Config::load(Some(&fifo)).unwrap_err().to_string();
+        assert!(e.contains("FIFO") && e.contains("not a config file"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        let e = Config::load(Some(Path::new("/dev/zero"))).unwrap_err().to_string();
+        assert!(e.contains("character device"), "{e}");
+        std::fs::remove_file(&fifo).unwrap();
     }
 }

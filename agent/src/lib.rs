@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod detect;
 pub mod export;
+pub mod files;
 pub mod logging;
 pub mod model;
 pub mod plot;

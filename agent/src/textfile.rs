@@ -5,16 +5,13 @@ use std::path::Path;
 /// Config files (daemon, web) are small; anything larger is not one (/dev/zero would never end).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// Read a whole text file of at most `limit` bytes: larger, or not UTF-8, is an error saying so.
+/// Read a whole text file of at most `limit` bytes: larger, not a regular file (a FIFO would
+/// block the read), or not UTF-8, is an error saying so.
 pub fn read_capped(path: &Path, limit: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {} KiB: not a config file", limit >> 10),
-        ));
-    }
-    String::from_utf8(buf).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+    use std::io::{Error, ErrorKind};
+    let buf = crate::files::read_capped(path, limit).map_err(|e| match e.kind() {
+        ErrorKind::InvalidData | ErrorKind::InvalidInput => Error::new(e.kind(), format!("{e}: not a config file")),
+        _ => e,
+    })?;
+    String::from_utf8(buf).map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8 text"))
 }

@@ -1,6 +1,9 @@
 //! A full disk under the events file and the dump directory (a small tmpfs, filled): the daemon keeps running,
 //! counts every failed write, keeps counting findings, recovers when space frees, reopens a rotated
-//! events file on SIGHUP; the files it creates are not world-readable.
+//! events file on SIGHUP; the files it creates are not world-readable. And no line is ever left
+//! half-written: on a 1 MiB tmpfs filled up, the write that crosses the last free byte used to
+//! leave part of a finding that the next one, after space was freed, was appended to
+//! (`..."ongoing":false,"owne{"cause":"zero_window",...`).
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
@@ -143,4 +146,68 @@ fn full_disk_is_counted_survived_and_recovered_and_sighup_reopens_a_rotated_even
     }
     assert!(d.scrape().is_ok(), "the daemon stopped answering");
     d.stop();
+}
+
+/// A finding about one connection, as the events file gets them.
+fn finding(i: u64) -> tcpvigil::model::Finding {
+    serde_json::from_value(serde_json::json!({
+        "ts_ns": 5_000_000_000u64 + i,
+        "kind": "stop",
+        "conn": {"cookie": 4886 + i, "netns": 4026531840u64, "local": "10.0.0.1:40000", "remote": "10.0.0.2:5201"},
+        "group": null,
+        "start_ns": 3_500_000_000u64,
+        "duration_s": 1.5,
+        "ongoing": false,
+        "cause": "zero_window",
+        "evidence": {"rtos": i, "note": "x".repeat((i % 7) as usize * 40)},
+    }))
+    .expect("a finding")
+}
+
+#[test]
+fn a_full_disk_leaves_no_half_written_line_in_the_events_file() {
+    if !require_root("a_full_disk_leaves_no_half_written_line_in_the_events_file") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tv-torn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    sh(&format!("mount -t tmpfs -o size=1m tvtorn {}", dir.display()));
+    let _fs = Tmpfs(dir.clone());
+    let path = dir.join("events.jsonl");
+    let mut w = tcpvigil::export::EventsWriter::open(tcpvigil::export::EventsTarget::File(path.clone()), 0)
+        .expect("open the events file");
+    for i in 0..5 {
+        w.write(&finding(i), None);
+    }
+    // Fill every free page: what is left is the rest of the events file's last page, so that a
+    // finding is cut where that page ends.
+    let _ = sh_ok(&format!("dd if=/dev/zero of={}/fill bs=4k", dir.display()));
+    let (mut i, mut failed) = (5, 0);
+    while failed < 3 && i < 1000 {
+        let before = w.errors();
+        w.write(&finding(i), None);
+        failed += (w.errors() > before) as u32;
+        i += 1;
+    }
+    let full_len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    assert!(failed >= 3, "the disk never filled up ({i} findings written)");
+    std::fs::remove_file(dir.join("fill")).expect("free the space");
+    for k in 0..5 {
+        w.write(&finding(i + k), None);
+    }
+    let text = std::fs::read_to_string(&path).expect("read the events file");
+    println!(
+        "1 MiB tmpfs: {} findings written, {} failed (counted), {} torn; {full_len} bytes when full; {} lines after space was freed",
+        w.written(),
+        w.errors(),
+        w.torn(),
+        text.lines().count()
+    );
+    assert!(text.ends_with('\n'), "the file ends in part of a line");
+    for (n, l) in text.lines().enumerate() {
+        serde_json::from_str::<serde_json::Value>(l)
+            .unwrap_or_else(|e| panic!("line {} is not JSON ({e}): {}", n + 1, &l[..l.len().min(300)]));
+    }
+    assert_eq!(text.lines().count() as u64, w.written(), "every line written is there, and nothing else");
+    assert_eq!(w.torn(), 0, "a file can always be cut back to its last whole line");
 }

@@ -1,6 +1,7 @@
 //! kill -9 at random moments of start-up and steady state leaves no BPF program, map, link, pin or
 //! sockops cgroup attachment behind, and the next start is clean; two daemons at once both work,
-//! and a second one on a taken address refuses clearly and leaves nothing behind.
+//! a second one on a taken address refuses clearly and leaves nothing behind, and one on another's
+//! events file or dump directory is refused with the holder named.
 mod support;
 
 use std::path::PathBuf;
@@ -147,6 +148,27 @@ fn two_daemons_at_once_both_work_and_a_second_on_a_taken_address_refuses_cleanly
     assert!(!out.status.success(), "a daemon on a taken address did not fail");
     assert!(err.contains(&a.addr.to_string()), "the message does not name the address: {err}");
     assert!(a.scrape().is_ok() && b.scrape().is_ok(), "the running daemons were disturbed");
+    // Two daemons on one events file or one dump directory: refused, naming the one holding it
+    // (they used to run side by side, interleaving lines and pruning each other's dumps).
+    let pid = a.pid().expect("pid");
+    let (own_events, own_dumps) = (tmp("third.jsonl"), tmp("third-dumps"));
+    for (events, dumps, what) in [(&a.events, &own_dumps, "events file"), (&own_events, &a.dumps, "dump directory")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
+            .args(["run", "--listen", "127.0.0.1:0", "--events"])
+            .arg(events)
+            .arg("--dump-dir")
+            .arg(dumps)
+            .env("TCPVIGIL_LOG", "error")
+            .output()
+            .expect("run a daemon on a taken path");
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("a daemon on the first one's {what}: exit {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(2), "a daemon sharing the {what} was not refused: {err}");
+        assert!(err.contains(&format!("in use by tcpvigil (pid {pid})")), "the holder is not named: {err}");
+    }
+    let _ = std::fs::remove_file(&own_events);
+    let _ = std::fs::remove_dir_all(&own_dumps);
+    assert!(a.scrape().is_ok(), "the running daemon was disturbed");
     a.stop();
     b.stop();
     let left = new_orphans(&before);

@@ -26,7 +26,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(c) => c,
         Err(e) => return Ok(usage(e)),
     };
-    let rec = match read_recording(&a.file) {
+    let (rec, cut) = match read_recording(&a.file) {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
@@ -47,6 +47,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
         eprintln!("  {:?} {} {} at {} ({})", f.kind(), f.cause, who, wall(f.start_ns, off), dur);
+    }
+    if let Some(c) = cut {
+        return Ok(usage(format!(
+            "{}: too large to hold in memory: {c}; the findings above cover what was kept",
+            a.file.display()
+        )));
     }
     Ok(ExitCode::SUCCESS)
 }

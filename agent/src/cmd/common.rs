@@ -33,13 +33,14 @@ pub fn check_out_path(p: &Path) -> Result<(), String> {
 
 /// A recording named on the command line; a file that cannot be opened or is not a recording is
 /// a usage error (printed, exit code 2). A cut-off last line is said and ignored.
-pub fn read_recording(path: &Path) -> Result<Recording, ExitCode> {
-    let f = std::fs::File::open(path).map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?;
-    let rec = tcpvigil::recording::read_file(f).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+pub fn read_recording(path: &Path) -> Result<(Recording, Option<tcpvigil::recording::Cut>), ExitCode> {
+    // A regular file only (a FIFO would hang the reader); one too large to hold is read up to the
+    // cut, which the caller reports last (exit 2).
+    let (rec, cut) = tcpvigil::recording::open_prefix(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
     if rec.truncated_tail {
         eprintln!("tcpvigil: the last line of {} was cut off (recorder stopped mid-write); ignored", path.display());
     }
-    Ok(rec)
+    Ok((rec, cut))
 }
 
 /// The header of a recording made on this host now (by `record`, or the daemon's dumps).

@@ -1,6 +1,5 @@
 //! `tcpvigil record`: per-ACK samples and events of the selected connections, as JSON lines.
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,11 +73,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             tcpvigil::bpf::abi::MAX_FILTERS
         )));
     }
+    // 0640: a recording names hosts, ports and processes. Never through a symlink (record runs
+    // as root); a bad path is exit 2 before anything is loaded.
+    let file = match tcpvigil::files::create(&a.out, tcpvigil::files::Existing::Truncate, 0o640) {
+        Ok(f) => f,
+        Err(e) => return Ok(usage(format!("cannot create {}: {e}", a.out.display()))),
+    };
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),
     };
-    let file = File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     // Daemon-like sampling selects no connection in the kernel; the filters then apply here only.
     let daemon_like = a.sample_every > 0;
@@ -94,7 +98,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     write_header(&mut w, &header)?;
     let agent = Agent::start(settings, variants, 1 << 16, false)?;
     if let Some(r) = &a.ready_file {
-        File::create(r).with_context(|| format!("creating the ready file {}", r.display()))?;
+        tcpvigil::files::write(r, b"", 0o644).with_context(|| format!("creating the ready file {}", r.display()))?;
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let summary = rt.block_on(pump(agent, &filters, a.duration.map(Duration::from_secs), &mut w))?;

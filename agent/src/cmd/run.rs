@@ -68,14 +68,27 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(w) => w,
         Err(e) => return Ok(usage(e)),
     };
+    // The outputs are checked (--check-config, creating nothing) or opened and locked once here,
+    // before anything is loaded: a bad or busy path is exit 2 with one message.
+    let events = cfg.export.events.as_deref().map(EventsTarget::parse);
+    let opened = match &events {
+        Some(t) if a.check_config => EventsWriter::check(t),
+        Some(t) => EventsWriter::open(t.clone(), 0).map(drop),
+        None => Ok(()),
+    };
+    if let Err(e) = opened {
+        return Ok(usage(e));
+    }
+    if cfg.recorder.enabled {
+        let dir = &cfg.recorder.dir;
+        let r = if a.check_config { DumpSink::check_dir(dir) } else { DumpSink::prepare_dir(dir).map(drop) };
+        if let Err(e) = r {
+            return Ok(usage(format!("{e} (recorder.dir; or set recorder.enabled = false)")));
+        }
+    }
     if a.check_config {
         println!("configuration OK");
         return Ok(ExitCode::SUCCESS);
-    }
-    if cfg.recorder.enabled {
-        if let Err(e) = DumpSink::prepare_dir(&cfg.recorder.dir) {
-            return Ok(usage(format!("{e} (recorder.dir; or set recorder.enabled = false)")));
-        }
     }
     raise_nofile(tcpvigil::export::http::MAX_CONNS as u64 + 256);
     let variants = match prepare_bpf() {
@@ -155,7 +168,7 @@ async fn daemon(
     if let Some(r) = &ready_file {
         // Written whole to a temporary name first: a harness that sees the file sees the address.
         let tmp = r.with_extension("tmp");
-        std::fs::write(&tmp, format!("{serving}\n"))
+        tcpvigil::files::write(&tmp, format!("{serving}\n").as_bytes(), 0o644)
             .and_then(|()| std::fs::rename(&tmp, r))
             .with_context(|| format!("creating the ready file {}", r.display()))?;
     }

@@ -1,14 +1,14 @@
 //! Findings as JSON lines (`{"schema_version","ts","kind","conn":{...},"start","duration_s","cause",
 //! "evidence","ongoing"}`, docs/schema/events-v1.schema.json) to a file or stdout. Write failures
 //! are counted, never fatal.
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
 use crate::clock::rfc3339;
+use crate::files::{self, Existing};
 use crate::model::{Finding, Process};
 
 /// Where findings go.
@@ -30,11 +30,11 @@ impl EventsTarget {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open events file {path}: {source}")]
+#[error("cannot open events file {path}: {err}")]
 pub struct EventsError {
     pub path: PathBuf,
-    #[source]
-    pub source: io::Error,
+    // `err`, not `source`: the message already says it; as a source it was printed twice.
+    pub err: io::Error,
 }
 
 /// `schema_version` of every line: docs/schema/events-v1.schema.json. Lines without the field
@@ -73,14 +73,26 @@ pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> V
     v
 }
 
-/// Writes one JSON line per finding. A failed write is counted and the file reopened on the
-/// next write; nothing here panics or returns an IO error after `open`.
+/// Where lines go: a file (cut back to its last whole line after a failed write) or a stream
+/// (stdout, a test's buffer) that cannot be cut back.
+enum Out {
+    File(File),
+    Stream(Box<dyn Write + Send>),
+}
+
+/// Writes one JSON line per finding. A failed write is counted; nothing here panics or returns
+/// an IO error after `open`. Every line in the output is whole: after a failed or short write a
+/// file is truncated back to the end of its last whole line; where that is impossible the next
+/// line starts on a fresh line and the damaged one is counted (`torn`).
 pub struct EventsWriter {
     target: Option<EventsTarget>,
-    out: Option<Box<dyn Write + Send>>,
+    out: Option<Out>,
     offset_ns: i64,
     written: u64,
     errors: u64,
+    /// The output ends in part of a line: the next line starts with a newline.
+    broken: bool,
+    torn: u64,
 }
 
 impl std::fmt::Debug for EventsWriter {
@@ -89,47 +101,75 @@ impl std::fmt::Debug for EventsWriter {
             .field("target", &self.target)
             .field("written", &self.written)
             .field("errors", &self.errors)
+            .field("torn", &self.torn)
             .finish()
     }
 }
 
-/// Take away what "other" may do with a file that existed before (created with a looser mode).
-fn tighten(f: &File) {
-    if let Ok(m) = f.metadata() {
-        let mode = m.permissions().mode();
-        if mode & 0o007 != 0 {
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(mode & !0o007));
-        }
+/// Open (create, 0640: findings name hosts, ports and processes) and lock an events file, never
+/// through a symlink (files::create): a second daemon on the same file is told who holds it.
+fn open_file(p: &Path) -> Result<File, EventsError> {
+    let f = files::create(p, Existing::Append, 0o640).map_err(|err| EventsError { path: p.into(), err })?;
+    files::lock(&f).map_err(|err| EventsError { path: p.into(), err })?;
+    Ok(f)
+}
+
+fn open_target(t: &EventsTarget) -> Result<Out, EventsError> {
+    match t {
+        EventsTarget::Stdout => Ok(Out::Stream(Box::new(io::stdout()))),
+        EventsTarget::File(p) => open_file(p).map(Out::File),
     }
 }
 
-fn open_target(t: &EventsTarget) -> Result<Box<dyn Write + Send>, EventsError> {
-    match t {
-        EventsTarget::Stdout => Ok(Box::new(io::stdout())),
-        EventsTarget::File(p) => {
-            // 0640: findings name hosts, ports and processes; not for every local user.
-            let f: File = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o640)
-                .open(p)
-                .map_err(|source| EventsError { path: p.clone(), source })?;
-            tighten(&f);
-            Ok(Box::new(BufWriter::new(f)))
+/// Write all of `buf`; returns how many bytes made it and the error that stopped it.
+fn write_counted(w: &mut impl Write, buf: &[u8]) -> (usize, io::Result<()>) {
+    let mut done = 0;
+    while done < buf.len() {
+        match w.write(&buf[done..]) {
+            Ok(0) => return (done, Err(io::ErrorKind::WriteZero.into())),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Err(e)),
         }
     }
+    (done, w.flush())
 }
 
 impl EventsWriter {
-    /// Open the target (a file is created or appended to). Fails only here, at startup.
+    /// Open the target (a file is created or appended to, and locked). Fails only here, at startup.
     pub fn open(target: EventsTarget, offset_ns: i64) -> Result<Self, EventsError> {
         let out = open_target(&target)?;
-        Ok(EventsWriter { target: Some(target), out: Some(out), offset_ns, written: 0, errors: 0 })
+        Ok(EventsWriter {
+            target: Some(target),
+            out: Some(out),
+            offset_ns,
+            written: 0,
+            errors: 0,
+            broken: false,
+            torn: 0,
+        })
+    }
+
+    /// Whether `open` would succeed, creating nothing (`run --check-config`). A lock another
+    /// daemon holds is not checked: the check may run beside the daemon it is about.
+    pub fn check(target: &EventsTarget) -> Result<(), EventsError> {
+        match target {
+            EventsTarget::Stdout => Ok(()),
+            EventsTarget::File(p) => files::check_create(p).map_err(|err| EventsError { path: p.clone(), err }),
+        }
     }
 
     /// A writer into anything (tests, or a pipe the daemon set up).
     pub fn with_writer(out: Box<dyn Write + Send>, offset_ns: i64) -> Self {
-        EventsWriter { target: None, out: Some(out), offset_ns, written: 0, errors: 0 }
+        EventsWriter {
+            target: None,
+            out: Some(Out::Stream(out)),
+            offset_ns,
+            written: 0,
+            errors: 0,
+            broken: false,
+            torn: 0,
+        }
     }
 
     /// Follow a wall-clock step (see `clock::mono_to_unix_ns`).
@@ -140,39 +180,69 @@ impl EventsWriter {
     /// Reopen the file (after log rotation, on reload). Stdout and custom writers stay as they are.
     pub fn reopen(&mut self) -> Result<(), EventsError> {
         if let Some(t @ EventsTarget::File(_)) = &self.target {
-            if let Some(mut old) = self.out.take() {
-                if old.flush().is_err() {
-                    self.errors += 1;
-                }
-            }
+            // Closing the old file first releases its lock.
+            self.out = None;
             self.out = Some(open_target(t)?);
+            self.broken = false;
         }
         Ok(())
     }
 
-    /// Write one finding as a line and flush. `process` gives pid and comm (from `ConnTable`).
+    /// Write one finding as a line. `process` gives pid and comm (from `ConnTable`).
     pub fn write(&mut self, f: &Finding, process: Option<&Process>) {
         if self.out.is_none() {
             if let Some(t) = &self.target {
                 self.out = open_target(t).ok();
             }
         }
-        let Some(out) = self.out.as_mut() else {
-            self.errors += 1;
-            return;
-        };
-        let mut line = finding_json(f, process, self.offset_ns).to_string();
-        line.push('\n');
-        match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => self.written += 1,
-            Err(_) => {
-                self.errors += 1;
-                // A file is reopened on the next write; stdout is kept.
-                if matches!(self.target, Some(EventsTarget::File(_))) {
-                    self.out = None;
-                }
-            }
+        let mut line = Vec::with_capacity(512);
+        if self.broken {
+            line.push(b'\n');
         }
+        line.extend_from_slice(finding_json(f, process, self.offset_ns).to_string().as_bytes());
+        line.push(b'\n');
+        let result = match self.out.as_mut() {
+            None => Err(io::Error::other("not open")),
+            Some(Out::File(file)) => {
+                // With O_APPEND and the lock, the end of the file is where this line starts.
+                let start = file.metadata().map(|m| m.len());
+                let (n, r) = write_counted(file, &line);
+                if r.is_err() && n > 0 {
+                    match start.and_then(|s| file.set_len(s)) {
+                        Ok(()) => {}
+                        Err(_) => self.mark_torn(),
+                    }
+                }
+                r
+            }
+            Some(Out::Stream(w)) => {
+                let (n, r) = write_counted(w, &line);
+                if r.is_err() && n > 0 && n < line.len() {
+                    self.mark_torn();
+                }
+                r
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.written += 1;
+                self.broken = false;
+            }
+            Err(_) => self.errors += 1,
+        }
+    }
+
+    fn mark_torn(&mut self) {
+        if !self.broken {
+            self.broken = true;
+            self.torn += 1;
+        }
+    }
+
+    /// Lines that could not be cut back after a failed write: each is followed by a newline and
+    /// left in the output, unparseable (0 for a file on a filesystem that can truncate).
+    pub fn torn(&self) -> u64 {
+        self.torn
     }
 
     /// Lines written.
@@ -272,6 +342,58 @@ mod tests {
         w.write(&stop(false), None);
         assert_eq!(w.errors(), 2);
         assert_eq!(w.written(), 0);
+    }
+
+    /// Takes `room` bytes, then fails like a full disk until room is made.
+    #[derive(Clone, Default)]
+    struct Full {
+        buf: Shared,
+        room: Arc<Mutex<usize>>,
+    }
+    impl Write for Full {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let mut room = self.room.lock().unwrap();
+            if *room == 0 {
+                return Err(io::Error::other("No space left on device"));
+            }
+            let n = b.len().min(*room);
+            *room -= n;
+            self.buf.write(&b[..n])
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_mid_line_gets_the_next_line_on_a_line_of_its_own_and_counts_it() {
+        let out = Full::default();
+        *out.room.lock().unwrap() = 300;
+        let mut w = EventsWriter::with_writer(Box::new(out.clone()), 0);
+        w.write(&stop(false), None);
+        w.write(&stop(false), None);
+        w.write(&stop(false), None);
+        assert_eq!((w.written(), w.errors(), w.torn()), (1, 2, 1));
+        *out.room.lock().unwrap() = 1 << 20;
+        w.write(&stop(true), None);
+        let text = String::from_utf8(out.buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(serde_json::from_str::<Value>(lines[0]).is_ok());
+        assert!(serde_json::from_str::<Value>(lines[1]).is_err(), "the torn line");
+        assert_eq!(serde_json::from_str::<Value>(lines[2]).unwrap()["ongoing"], true);
+    }
+
+    #[test]
+    fn a_second_writer_on_the_same_file_is_refused_naming_the_holder() {
+        let dir = std::env::temp_dir().join(format!("tcpvigil-events-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("events.jsonl");
+        let _a = EventsWriter::open(EventsTarget::File(p.clone()), 0).unwrap();
+        let e = EventsWriter::open(EventsTarget::File(p.clone()), 0).unwrap_err().to_string();
+        assert!(e.contains("in use by") && e.contains(&format!("pid {}", std::process::id())), "{e}");
+        EventsWriter::check(&EventsTarget::File(p)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

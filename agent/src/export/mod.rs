@@ -3,6 +3,7 @@
 //! Data flows in only: [`outputs::Outputs`] hands what the pipeline yields (records, findings, the
 //! connection table) to [`metrics::Metrics`], [`events::EventsWriter`] and the flight recorder;
 //! [`http::HttpServer`] serves the registry. Nothing here feeds back upstream.
+pub mod auth;
 pub mod config;
 mod conns;
 pub mod events;
@@ -13,6 +14,7 @@ pub mod metrics;
 pub mod outputs;
 pub mod recorder;
 pub mod series;
+pub mod tls;
 pub mod webconfig;
 
 #[cfg(test)]

@@ -30,6 +30,8 @@ pub enum RecorderError {
     Config(#[from] RecorderConfigError),
     #[error("recorder: writing the dump in {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("recorder: the dump directory {path} is {why}; give each daemon its own")]
+    Busy { path: PathBuf, why: String },
     #[error("recorder: drawing the dump's pictures: {0}")]
     Plot(#[from] plot::PlotError),
 }
@@ -455,9 +457,8 @@ fn write_dump_via(dump: &ReadyDump, header: &Header, tmp: &Path, fin: &Path) -> 
         move |source| RecorderError::Io { path, source }
     };
     // 0750: not readable by other local users (the recording holds every segment's numbers).
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o750)
-        .create(tmp)
-        .map_err(io(tmp))?;
+    // Never through a symlink: everything below is written into this directory by name.
+    crate::files::create_dir(tmp, 0o750).map_err(io(tmp))?;
     let rec_path = tmp.join("recording.jsonl");
     let mut h = header.clone();
     h.filters = dump.job.cookies.iter().map(|k| k.to_string()).collect();

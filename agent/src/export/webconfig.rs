@@ -1,55 +1,74 @@
-//! The web-config file (the schema Prometheus exporters use): TLS via rustls and basic auth with
-//! bcrypt hashes. Loaded and checked whole before the server starts; a bad file is an error.
+//! The web-config file, in the Prometheus exporter-toolkit schema with every key it documents:
+//! TLS (export/tls.rs), basic auth with bcrypt hashes (export/auth.rs), response headers, a rate
+//! limit. Loaded and checked whole before the server starts; a bad file is an error, a key that
+//! cannot be honoured (HTTP/2, TLS 1.0) is accepted and logged as such.
 //!
 //! ```yaml
 //! tls_server_config:
-//!   cert_file: /etc/tcpvigil/tls.crt      # relative paths are relative to this file
-//!   key_file: /etc/tcpvigil/tls.key
-//!   client_auth_type: NoClientCert        # or RequireAndVerifyClientCert, VerifyClientCertIfGiven
-//!   client_ca_file: /etc/tcpvigil/ca.crt  # needed when client certificates are verified
-//!   min_version: TLS12                    # TLS12 or TLS13
+//!   cert_file: /etc/tcpvigil/tls.crt      # or cert: inline PEM; relative paths: to this file
+//!   key_file: /etc/tcpvigil/tls.key       # or key: inline PEM
+//!   client_auth_type: NoClientCert        # RequestClientCert, RequireAnyClientCert,
+//!                                         # VerifyClientCertIfGiven, RequireAndVerifyClientCert
+//!   client_ca_file: /etc/tcpvigil/ca.crt  # or client_ca: inline PEM
+//!   client_allowed_sans: [prometheus.example.org]
+//!   min_version: TLS12                    # TLS12 or TLS13 (TLS10/11 accepted, served as TLS12)
+//!   max_version: TLS13
+//!   cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]   # Go names; TLS 1.2 only
+//!   prefer_server_cipher_suites: true
+//!   curve_preferences: [X25519, CurveP256]
+//! http_server_config:
+//!   http2: false                          # HTTP/1.1 is served either way
+//!   headers: {X-Content-Type-Options: nosniff}
 //! basic_auth_users:
 //!   prometheus: $2y$10$...                # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
+//! rate_limit:
+//!   interval: 100ms                       # one request per interval, 0 for no limit
+//!   burst: 10
 //! ```
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use base64::Engine;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::ServerConfig;
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
+use super::auth::{parse_basic, Auth, Verdict};
+use super::tls::{server_config, RawTls};
+use crate::files::{clip, QUOTE_BYTES};
+
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWebConfig {
     tls_server_config: Option<RawTls>,
     http_server_config: Option<RawHttp>,
     #[serde(default)]
     basic_auth_users: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTls {
-    cert_file: PathBuf,
-    key_file: PathBuf,
-    client_auth_type: Option<String>,
-    client_ca_file: Option<PathBuf>,
-    min_version: Option<String>,
-    max_version: Option<String>,
+    rate_limit: Option<RawRate>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHttp {
-    /// Accepted for compatibility; tcpvigil serves HTTP/1.1 only.
-    #[allow(dead_code)]
     http2: Option<bool>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    interval: Option<RawDuration>,
+    burst: Option<u32>,
+}
+
+/// A Go duration as YAML gives it: `100ms`, `1m`, or a number of nanoseconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Nanos(u64),
+    Text(String),
 }
 
 /// Why a web-config file was rejected. Every message names the file.
@@ -65,269 +84,187 @@ pub enum WebConfigError {
     Tls { path: PathBuf, msg: String },
 }
 
+/// `rate_limit`: a token bucket over every request but /healthz (as Go's rate.Limiter: `burst`
+/// requests at once, one more per `interval`).
+#[derive(Debug)]
+pub struct RateLimit {
+    interval: Duration,
+    burst: u32,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RateLimit {
+    fn new(interval: Duration, burst: u32) -> Self {
+        RateLimit { interval, burst, state: Mutex::new((burst as f64, Instant::now())) }
+    }
+
+    /// Take a token; false: refuse the request (429).
+    pub fn allow(&self) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let refill = now.duration_since(s.1).as_secs_f64() / self.interval.as_secs_f64();
+        s.0 = (s.0 + refill).min(self.burst as f64);
+        s.1 = now;
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// A checked web config: what the server needs at run time. Default: plain HTTP, no auth.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct WebConfig {
     pub tls: Option<Arc<ServerConfig>>,
-    /// user -> bcrypt hash. Empty: no authentication.
-    users: BTreeMap<String, String>,
+    auth: Arc<Auth>,
     /// Extra response headers (http_server_config.headers).
     pub headers: Vec<(String, String)>,
+    pub rate_limit: Option<Arc<RateLimit>>,
+    /// Settings accepted but not honoured, one line each (logged by `load`).
+    pub notes: Vec<String>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            tls: None,
+            auth: Arc::new(Auth::new(BTreeMap::new())),
+            headers: Vec::new(),
+            rate_limit: None,
+            notes: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for WebConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebConfig")
             .field("tls", &self.tls.is_some())
-            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .field("auth", &self.auth.required())
             .field("headers", &self.headers)
+            .field("rate_limit", &self.rate_limit)
+            .field("notes", &self.notes)
             .finish()
     }
 }
 
-/// A bcrypt hash of an unguessable string, checked when the user is unknown so that a wrong
-/// user name costs as much time as a wrong password.
-const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DSmV9UUNY6iETwcuHAjN6";
-
-fn resolve(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        base.join(p)
+fn duration(d: &RawDuration) -> Result<Duration, String> {
+    match d {
+        RawDuration::Nanos(n) => Ok(Duration::from_nanos(*n)),
+        RawDuration::Text(t) if t.trim() == "0" => Ok(Duration::ZERO),
+        RawDuration::Text(t) => {
+            humantime::parse_duration(t.trim()).map_err(|e| format!("{:?}: {e}", clip(t, QUOTE_BYTES)))
+        }
     }
-}
-
-/// The supported versions, oldest first.
-const TLS_VERSIONS: [(&str, &rustls::SupportedProtocolVersion); 2] =
-    [("TLS12", &rustls::version::TLS12), ("TLS13", &rustls::version::TLS13)];
-
-fn tls_version(v: &str) -> Option<usize> {
-    TLS_VERSIONS.iter().position(|(name, _)| *name == v)
 }
 
 impl WebConfig {
-    /// Read and check a web-config file: YAML syntax, unknown keys, bcrypt hashes, certificate
-    /// and key files, TLS versions and client-auth settings.
+    /// Read and check a web-config file (see `parse`); what it cannot honour is logged.
     pub fn load(path: &Path) -> Result<Self, WebConfigError> {
         let text = crate::textfile::read_capped(path, crate::textfile::MAX_CONFIG_BYTES)
             .map_err(|source| WebConfigError::Read { path: path.into(), source })?;
-        Self::parse(&text, path)
+        let c = Self::parse(&text, path)?;
+        for n in &c.notes {
+            tracing::warn!(web_config = %path.display(), "accepted, not honoured: {n}");
+        }
+        Ok(c)
     }
 
-    /// Check the text of a web-config file; `path` names it in errors and anchors relative paths.
+    /// Check the text of a web-config file: YAML syntax, unknown keys, bcrypt hashes, certificate
+    /// and key, TLS settings, headers, rate limit. `path` names it in errors and anchors
+    /// relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Self, WebConfigError> {
         let invalid = |msg: String| WebConfigError::Invalid { path: path.into(), msg };
         let raw: Option<RawWebConfig> = serde_norway::from_str(text)
-            .map_err(|e| WebConfigError::Syntax { path: path.into(), msg: e.to_string() })?;
-        let raw = raw.unwrap_or(RawWebConfig {
-            tls_server_config: None,
-            http_server_config: None,
-            basic_auth_users: BTreeMap::new(),
-        });
+            .map_err(|e| WebConfigError::Syntax { path: path.into(), msg: clip(&e.to_string(), QUOTE_BYTES) })?;
+        let raw = raw.unwrap_or_default();
+        let mut notes = Vec::new();
         for (user, hash) in &raw.basic_auth_users {
             if user.is_empty() || user.contains(':') {
-                return Err(invalid(format!("basic_auth_users: user name {user:?} must be non-empty and have no ':'")));
+                return Err(invalid(format!(
+                    "basic_auth_users: user name {:?} must be non-empty and have no ':'",
+                    clip(user, QUOTE_BYTES)
+                )));
             }
             if hash.parse::<bcrypt::HashParts>().is_err() {
                 return Err(invalid(format!(
-                    "basic_auth_users.{user}: not a bcrypt hash ($2a$/$2b$/$2y$); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+                    "basic_auth_users.{}: not a bcrypt hash ($2a$/$2b$/$2y$); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`",
+                    clip(user, QUOTE_BYTES)
                 )));
             }
         }
         let mut headers = Vec::new();
         if let Some(h) = &raw.http_server_config {
+            if h.http2 == Some(true) {
+                notes.push("http_server_config.http2: HTTP/1.1 is served (HTTP/2 is not offered)".into());
+            }
             for (k, v) in &h.headers {
                 let ok = hyper::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
                     && hyper::header::HeaderValue::from_str(v).is_ok();
                 if !ok {
-                    return Err(invalid(format!("http_server_config.headers: bad header {k:?}: {v:?}")));
+                    return Err(invalid(format!(
+                        "http_server_config.headers: bad header {:?}: {:?}",
+                        clip(k, QUOTE_BYTES),
+                        clip(v, QUOTE_BYTES)
+                    )));
                 }
                 headers.push((k.clone(), v.clone()));
             }
         }
-        let base = path.parent().unwrap_or(Path::new("."));
-        let tls = match raw.tls_server_config {
+        let rate_limit = match &raw.rate_limit {
             None => None,
-            Some(t) => {
-                Some(Arc::new(server_config(&t, base).map_err(|msg| WebConfigError::Tls { path: path.into(), msg })?))
+            Some(r) => {
+                let interval = r
+                    .interval
+                    .as_ref()
+                    .map(duration)
+                    .transpose()
+                    .map_err(|e| invalid(format!("rate_limit.interval: {e}")))?;
+                match interval {
+                    None | Some(Duration::ZERO) => None,
+                    Some(i) => {
+                        let burst = r.burst.unwrap_or(0);
+                        if burst == 0 {
+                            notes.push(
+                                "rate_limit.burst 0: every request but /healthz is refused (as exporter-toolkit does)"
+                                    .into(),
+                            );
+                        }
+                        Some(Arc::new(RateLimit::new(i, burst)))
+                    }
+                }
             }
         };
-        Ok(WebConfig { tls, users: raw.basic_auth_users, headers })
+        let base = path.parent().unwrap_or(Path::new("."));
+        let tls = match &raw.tls_server_config {
+            None => None,
+            Some(t) => Some(Arc::new(
+                server_config(t, base, &mut notes).map_err(|msg| WebConfigError::Tls { path: path.into(), msg })?,
+            )),
+        };
+        Ok(WebConfig { tls, auth: Arc::new(Auth::new(raw.basic_auth_users)), headers, rate_limit, notes })
     }
 
     /// Whether requests must carry basic-auth credentials.
     pub fn auth_required(&self) -> bool {
-        !self.users.is_empty()
+        self.auth.required()
     }
 
-    /// Check an `Authorization` header value. Slow on purpose (bcrypt): call it off the reactor.
+    /// Check an `Authorization` header now, on this thread (bcrypt unless remembered).
     pub fn authorized(&self, header: Option<&[u8]>) -> bool {
-        if self.users.is_empty() {
+        if !self.auth.required() {
             return true;
         }
-        let Some((user, pass)) = header.and_then(parse_basic) else { return false };
-        match self.users.get(&user) {
-            Some(hash) => bcrypt::verify(pass.as_bytes(), hash).unwrap_or(false),
-            None => {
-                let _ = bcrypt::verify(pass.as_bytes(), DUMMY_HASH);
-                false
-            }
-        }
-    }
-}
-
-/// `Basic base64(user:pass)` -> (user, pass).
-fn parse_basic(h: &[u8]) -> Option<(String, String)> {
-    let h = std::str::from_utf8(h).ok()?.trim();
-    let (scheme, rest) = h.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let raw = base64::engine::general_purpose::STANDARD.decode(rest.trim()).ok()?;
-    let s = String::from_utf8(raw).ok()?;
-    let (u, p) = s.split_once(':')?;
-    Some((u.to_string(), p.to_string()))
-}
-
-fn server_config(t: &RawTls, base: &Path) -> Result<ServerConfig, String> {
-    let cert_path = resolve(base, &t.cert_file);
-    let key_path = resolve(base, &t.key_file);
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cert_file {}: {e}", cert_path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("cert_file {}: no PEM certificate in it", cert_path.display()));
-    }
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| format!("key_file {}: {e}", key_path.display()))?;
-
-    let min = t.min_version.as_deref().unwrap_or("TLS12");
-    let max = t.max_version.as_deref().unwrap_or("TLS13");
-    let bad_version = |v: &str| format!("TLS version {v:?} is not supported: use TLS12 or TLS13");
-    let (lo, hi) =
-        (tls_version(min).ok_or_else(|| bad_version(min))?, tls_version(max).ok_or_else(|| bad_version(max))?);
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
-        TLS_VERSIONS.iter().enumerate().filter(|(i, _)| *i >= lo && *i <= hi).map(|(_, (_, v))| *v).collect();
-    if versions.is_empty() {
-        return Err(format!("min_version {min} is above max_version {max}"));
+        header.and_then(parse_basic).is_some_and(|(u, p)| self.auth.verify_now(&u, &p))
     }
 
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&versions)
-        .map_err(|e| e.to_string())?;
-    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
-    let builder = match auth {
-        "NoClientCert" => builder.with_no_client_auth(),
-        "RequireAndVerifyClientCert" | "VerifyClientCertIfGiven" => {
-            let ca = t.client_ca_file.as_ref().ok_or_else(|| format!("client_auth_type {auth} needs client_ca_file"))?;
-            let ca = resolve(base, ca);
-            let mut roots = RootCertStore::empty();
-            let cas = CertificateDer::pem_file_iter(&ca)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
-            let (added, _) = roots.add_parsable_certificates(cas);
-            if added == 0 {
-                return Err(format!("client_ca_file {}: no usable CA certificate", ca.display()));
-            }
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-            let v = if auth == "VerifyClientCertIfGiven" { v.allow_unauthenticated() } else { v };
-            builder.with_client_cert_verifier(v.build().map_err(|e| e.to_string())?)
-        }
-        other => {
-            return Err(format!(
-                "client_auth_type {other:?} is not supported: use NoClientCert, RequireAndVerifyClientCert or VerifyClientCertIfGiven"
-            ))
-        }
-    };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("cert_file/key_file {} / {}: {e}", cert_path.display(), key_path.display()))?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    /// Check an `Authorization` header from `peer` without letting bcrypt pile up (export/auth.rs).
+    pub async fn check(&self, header: Option<&[u8]>, peer: IpAddr) -> Verdict {
+        self.auth.check(header, peer).await
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(s: &str) -> Result<WebConfig, WebConfigError> {
-        WebConfig::parse(s, Path::new("/etc/tcpvigil/web.yml"))
-    }
-
-    fn basic(user: &str, pass: &str) -> Vec<u8> {
-        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))).into_bytes()
-    }
-
-    #[test]
-    fn empty_file_means_no_tls_no_auth() {
-        let c = parse("").unwrap();
-        assert!(c.tls.is_none());
-        assert!(!c.auth_required());
-        assert!(c.authorized(None));
-    }
-
-    #[test]
-    fn basic_auth_accepts_the_right_password_only() {
-        let hash = bcrypt::hash("s3cret", 4).unwrap();
-        let c = parse(&format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
-        assert!(c.auth_required());
-        assert!(c.authorized(Some(&basic("prom", "s3cret"))));
-        assert!(!c.authorized(Some(&basic("prom", "wrong"))));
-        assert!(!c.authorized(Some(&basic("other", "s3cret"))));
-        assert!(!c.authorized(None));
-        assert!(!c.authorized(Some(b"Bearer abc")));
-        assert!(!c.authorized(Some(b"Basic !!!notbase64")));
-    }
-
-    #[test]
-    fn bad_web_configs_are_rejected_with_a_clear_message() {
-        let cases = [
-            ("tls_server_config: [", "web.yml"),
-            ("basic_auth_user:\n  a: b\n", "unknown field `basic_auth_user`"),
-            ("basic_auth_users:\n  prom: plaintext\n", "basic_auth_users.prom: not a bcrypt hash"),
-            ("tls_server_config:\n  cert_file: x.crt\n", "missing field `key_file`"),
-            ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "cert_file /etc/tcpvigil/nope.crt"),
-            (
-                "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n",
-                "unknown field `cipher_suites`",
-            ),
-            ("http_server_config:\n  headers:\n    'Bad Header': x\n", "bad header"),
-        ];
-        for (text, want) in cases {
-            let e = parse(text).unwrap_err().to_string();
-            assert!(e.contains("/etc/tcpvigil/web.yml"), "{e}");
-            assert!(e.contains(want), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn the_dummy_hash_is_a_real_cost_10_bcrypt_hash() {
-        let parts: bcrypt::HashParts = DUMMY_HASH.parse().unwrap();
-        assert_eq!(parts.get_cost(), 10);
-        assert!(!bcrypt::verify("", DUMMY_HASH).unwrap());
-    }
-
-    #[test]
-    fn tls_settings_are_checked() {
-        let dir = tls_fixture_dir();
-        let ok = format!("tls_server_config:\n  cert_file: {d}/cert.pem\n  key_file: {d}/key.pem\n", d = dir.display());
-        let c = WebConfig::parse(&ok, Path::new("/x/web.yml")).unwrap();
-        assert!(c.tls.is_some());
-        for (extra, want) in [
-            ("  min_version: TLS11\n", "TLS version \"TLS11\" is not supported"),
-            ("  min_version: TLS13\n  max_version: TLS12\n", "above max_version"),
-            ("  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
-            ("  client_auth_type: RequireAnyClientCert\n", "not supported"),
-        ] {
-            let e = WebConfig::parse(&format!("{ok}{extra}"), Path::new("/x/web.yml")).unwrap_err().to_string();
-            assert!(e.contains(want), "{extra}: {e}");
-        }
-        let verify = format!("{ok}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: cert.pem\n");
-        WebConfig::parse(&verify, &dir.join("web.yml")).unwrap();
-    }
-
-    /// The self-signed localhost certificate kept for tests (see testdata/README).
-    pub(crate) fn tls_fixture_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/export/testdata")
-    }
-}
+mod tests;

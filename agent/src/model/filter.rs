@@ -29,10 +29,19 @@ pub struct Rule {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad connection filter {input:?}: {why}; use ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie, or LADDR:LPORT-RADDR:RPORT")]
+#[error("bad connection filter {:?}: {why}; use ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie, or LADDR:LPORT-RADDR:RPORT", crate::files::clip(input, crate::files::QUOTE_BYTES))]
 pub struct FilterError {
     pub input: String,
     pub why: &'static str,
+}
+
+/// A filter that can match no connection is refused rather than left to match nothing.
+fn end(a: SocketAddr) -> Result<SocketAddr, &'static str> {
+    if a.port() == 0 {
+        Err("port 0 is no connection's port")
+    } else {
+        Ok(a)
+    }
 }
 
 impl FromStr for Filter {
@@ -51,19 +60,34 @@ impl FromStr for Filter {
             };
         }
         if t.bytes().all(|b| b.is_ascii_digit()) {
-            return t.parse().map(Filter::Cookie).map_err(|_| err("the cookie does not fit 64 bits"));
+            return match t.parse() {
+                Ok(0) => Err(err("a socket cookie is never 0")),
+                Ok(k) => Ok(Filter::Cookie(k)),
+                Err(_) => Err(err("the cookie does not fit 64 bits")),
+            };
         }
         if let Ok(a) = t.parse::<SocketAddr>() {
-            return Ok(Filter::Endpoint(a));
-        }
-        if let Ok(a) = t.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            return Ok(Filter::Addr(a));
+            return end(a).map(Filter::Endpoint).map_err(err);
         }
         // LADDR:LPORT-RADDR:RPORT; the dash cannot occur inside an address.
         if let Some((l, r)) = t.split_once('-') {
             let l = l.parse::<SocketAddr>().map_err(|_| err("the local end is not ADDR:PORT"))?;
             let r = r.parse::<SocketAddr>().map_err(|_| err("the remote end is not ADDR:PORT"))?;
-            return Ok(Filter::Pair(l, r));
+            return Ok(Filter::Pair(end(l).map_err(err)?, end(r).map_err(err)?));
+        }
+        // A bare address; an IPv6 one may stand in one pair of brackets, nothing else may.
+        let bare = match t.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+            Some(inner) => match inner.parse::<IpAddr>() {
+                Ok(IpAddr::V6(a)) => return Ok(Filter::Addr(IpAddr::V6(a))),
+                _ => return Err(err("brackets hold an IPv6 address, as in [fd00::1] or [fd00::1]:5201")),
+            },
+            None => t,
+        };
+        if bare.contains(['[', ']']) {
+            return Err(err("the brackets do not pair up around an IPv6 address"));
+        }
+        if let Ok(a) = bare.parse::<IpAddr>() {
+            return Ok(Filter::Addr(a));
         }
         Err(err("it is neither an address, a port, a cookie nor a pair"))
     }
@@ -138,6 +162,29 @@ mod tests {
             let e = bad.parse::<Filter>().unwrap_err();
             assert!(e.to_string().contains("bad connection filter"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn refuses_filters_that_could_match_no_connection() {
+        for (bad, why) in [
+            ("0", "never 0"),
+            ("00", "never 0"),
+            ("10.0.0.1:0", "port 0"),
+            ("[fd00::1]:0", "port 0"),
+            ("10.0.0.1:0-10.0.0.2:5201", "port 0"),
+            ("10.0.0.1:40000-10.0.0.2:0", "port 0"),
+            ("[10.0.0.1]", "IPv6"),
+            ("[[fd00::1]]", "IPv6"),
+            ("[fd00::1", "pair up"),
+            ("fd00::1]", "pair up"),
+            ("[]", "IPv6"),
+        ] {
+            let e = bad.parse::<Filter>().unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert_eq!("[fd00::1]".parse(), Ok(Filter::Addr("fd00::1".parse().unwrap())));
+        let e = format!("{}x", "1".repeat(1 << 20)).parse::<Filter>().unwrap_err().to_string();
+        assert!(e.len() < 600, "{} bytes of error", e.len());
     }
 
     #[test]

@@ -11,8 +11,6 @@ pub mod svg;
 pub mod synth;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use crate::model::{Event, Filter, Finding, FindingKind};
@@ -41,8 +39,6 @@ pub struct PlotArgs {
 /// Why pictures could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
-    #[error("cannot open {}: {err}", path.display())]
-    Open { path: PathBuf, err: std::io::Error },
     #[error("{}: {err}", path.display())]
     Recording { path: PathBuf, err: recording::RecordingError },
     #[error(transparent)]
@@ -58,8 +54,7 @@ pub enum PlotError {
 /// `tcpvigil plot`: read the recording (and findings) and write the pictures.
 pub fn run(args: &PlotArgs) -> Result<Vec<PathBuf>, PlotError> {
     let path = &args.recording;
-    let file = File::open(path).map_err(|err| PlotError::Open { path: path.clone(), err })?;
-    let rec = recording::read(BufReader::new(file)).map_err(|err| PlotError::Recording { path: path.clone(), err })?;
+    let rec = recording::open(path).map_err(|err| PlotError::Recording { path: path.clone(), err })?;
     let findings = findings_for(path, args.findings.as_deref(), &rec)?;
     plot_recording(&rec, args.conn.as_ref(), &findings, &args.out)
 }
@@ -76,7 +71,8 @@ pub fn findings_for(path: &Path, given: Option<&Path>, rec: &Recording) -> Resul
 }
 
 fn write_pair(out_dir: &Path, stem: &str, svg: &str, written: &mut Vec<PathBuf>) -> Result<(), PlotError> {
-    let write = |path: PathBuf, bytes: &[u8]| match std::fs::write(&path, bytes) {
+    // Never through a symlink someone left where a picture goes (plot may run as root).
+    let write = |path: PathBuf, bytes: &[u8]| match crate::files::write(&path, bytes, 0o644) {
         Ok(()) => Ok(path),
         Err(err) => Err(PlotError::Write { path, err }),
     };

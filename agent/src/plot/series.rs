@@ -96,6 +96,33 @@ impl Seq {
     }
 }
 
+/// At most this many goodput bins per connection: a long recording gets wider bins.
+pub const MAX_BINS: u64 = 20_000;
+/// At most this many points in each drawn series of one connection (the picture is 1200 pixels
+/// wide): longer series are thinned evenly, the first and last points kept.
+pub const MAX_POINTS: usize = 20_000;
+
+/// Keep at most `max` of `v`, evenly spaced, the first and the last among them.
+fn thin<T>(v: &mut Vec<T>, max: usize) {
+    if v.len() <= max || max < 2 {
+        return;
+    }
+    let n = v.len();
+    let step = (n - 1) as f64 / (max - 1) as f64;
+    let mut keep = (0..max).map(|k| (k as f64 * step).round() as usize).peekable();
+    let mut i = 0;
+    v.retain(|_| {
+        let kept = keep.peek() == Some(&i);
+        if kept {
+            while keep.peek() == Some(&i) {
+                keep.next();
+            }
+        }
+        i += 1;
+        kept
+    });
+}
+
 /// Add `bytes` delivered over `[a, b]` (ns since the first bin's start) to the bins of width
 /// `bin_ns` in proportion to how much of the interval each covers (all to one bin if `a == b`).
 fn spread(bins: &mut Vec<u64>, bin_ns: u64, a: u64, b: u64, bytes: u64) {
@@ -103,7 +130,7 @@ fn spread(bins: &mut Vec<u64>, bin_ns: u64, a: u64, b: u64, bytes: u64) {
     if bins.len() <= i1 {
         bins.resize(i1 + 1, 0);
     }
-    let len = b - a;
+    let len = b.saturating_sub(a).max(1);
     let mut left = bytes;
     for (i, bin) in bins.iter_mut().enumerate().take(i1 + 1).skip(i0) {
         let share = if i == i1 {
@@ -112,14 +139,19 @@ fn spread(bins: &mut Vec<u64>, bin_ns: u64, a: u64, b: u64, bytes: u64) {
             let (lo, hi) = ((i as u64 * bin_ns).max(a), ((i as u64 + 1) * bin_ns).min(b));
             (bytes as u128 * (hi - lo) as u128 / len as u128) as u64
         };
-        *bin += share;
+        *bin = bin.saturating_add(share);
         left -= share;
     }
 }
 
 impl ConnSeries {
-    /// Build from the connection's events (in time order) and the findings about it.
+    /// Build from the connection's events and the findings about it. Any events the recording
+    /// reader accepts are fine: they are put in time order here (the reader allows steps back),
+    /// and every series is bounded (`MAX_BINS`, `MAX_POINTS`) however long the recording.
     pub fn build(events: &[&Event], findings: &[&Finding], t0_ns: u64, bin_override_s: Option<f64>) -> Option<Self> {
+        let mut sorted = events.to_vec();
+        sorted.sort_by_key(|e| e.ts_ns);
+        let events = &sorted[..];
         let first = events.first()?;
         let t = |ns: u64| ns.saturating_sub(t0_ns) as f64 / 1e9;
         let mut mss = 0u32;
@@ -134,7 +166,7 @@ impl ConnSeries {
                         srtts.push(s.srtt_us as f64 / 1e6);
                     }
                     if let Some(p) = prev_sample {
-                        gaps.push((e.ts_ns - p) as f64 / 1e9);
+                        gaps.push(e.ts_ns.saturating_sub(p) as f64 / 1e9);
                     }
                     prev_sample = Some(e.ts_ns);
                 }
@@ -177,8 +209,10 @@ impl ConnSeries {
         let mut seq = Seq { base: None, abs: 0, last: 0, mss: mss as f64 };
         let mut acked: Option<u64> = None;
         let mut bins: Vec<u64> = Vec::new();
-        // Integer nanoseconds, so that a bin holds exactly the samples of its interval.
-        let bin_ns = ((bin_s * 1e9) as u64).max(1);
+        // Integer nanoseconds, so that a bin holds exactly the samples of its interval; wide
+        // enough that the recording's span needs at most MAX_BINS.
+        let span_ns = events.last().map_or(0, |e| e.ts_ns - first.ts_ns);
+        let bin_ns = ((bin_s * 1e9) as u64).max(1).max(span_ns / MAX_BINS + 1);
         let bin_s = bin_ns as f64 / 1e9;
         s.bin_s = bin_s;
         let first_ns = first.ts_ns;
@@ -210,11 +244,15 @@ impl ConnSeries {
                     if x.bytes_acked > 0 {
                         acked = Some(acked.unwrap_or(0).max(x.bytes_acked));
                     }
-                    s.bytes += bytes;
+                    s.bytes = s.bytes.saturating_add(bytes);
                     match prev_ns {
-                        Some(p) if e.ts_ns > p && e.ts_ns - p <= spread_ns => {
-                            spread(&mut bins, bin_ns, p.saturating_sub(first_ns), e.ts_ns - first_ns, bytes)
-                        }
+                        Some(p) if e.ts_ns > p && e.ts_ns - p <= spread_ns => spread(
+                            &mut bins,
+                            bin_ns,
+                            p.saturating_sub(first_ns),
+                            e.ts_ns.saturating_sub(first_ns),
+                            bytes,
+                        ),
                         _ => add(&mut bins, e.ts_ns, bytes),
                     }
                     prev_ns = Some(e.ts_ns);
@@ -243,10 +281,11 @@ impl ConnSeries {
                     if matches!(e.body, Body::LostRetrans(_)) {
                         s.lost_retrans.push((now, at));
                     } else {
-                        s.retrans_segs += r.segs as u64;
+                        s.retrans_segs = s.retrans_segs.saturating_add(r.segs as u64);
                         s.retrans.push((now, at));
                     }
-                    let in_flight = (r.packets_out + r.retrans_out).saturating_sub(r.lost_out + r.sacked_out);
+                    let in_flight = (r.packets_out.saturating_add(r.retrans_out))
+                        .saturating_sub(r.lost_out.saturating_add(r.sacked_out));
                     s.board.push(Board {
                         t: now,
                         cwnd: r.cwnd as f64,
@@ -274,7 +313,7 @@ impl ConnSeries {
                             None => 0,
                         };
                         acked = Some(acked.unwrap_or(0).max(x.bytes_acked));
-                        s.bytes += bytes;
+                        s.bytes = s.bytes.saturating_add(bytes);
                         add(&mut bins, e.ts_ns, bytes);
                         let una = seq.una(x.snd_una);
                         s.seq.push((now, una, seq.rel(x.snd_nxt)));
@@ -282,7 +321,9 @@ impl ConnSeries {
                             t: now,
                             cwnd: x.cwnd as f64,
                             ssthresh: x.ssthresh as f64,
-                            in_flight: (x.packets_out + x.retrans_out).saturating_sub(x.lost_out + x.sacked_out) as f64,
+                            in_flight: (x.packets_out.saturating_add(x.retrans_out))
+                                .saturating_sub(x.lost_out.saturating_add(x.sacked_out))
+                                as f64,
                             lost: x.lost_out as f64,
                             sacked: x.sacked_out as f64,
                             retrans: x.retrans_out as f64,
@@ -318,6 +359,15 @@ impl ConnSeries {
         if s.stops.is_empty() {
             s.stops = s.infer_stops();
         }
+        thin(&mut s.board, MAX_POINTS);
+        thin(&mut s.ca, MAX_POINTS);
+        thin(&mut s.rtos, MAX_POINTS);
+        thin(&mut s.retrans, MAX_POINTS);
+        thin(&mut s.lost_retrans, MAX_POINTS);
+        thin(&mut s.seq, MAX_POINTS);
+        thin(&mut s.sacks, MAX_POINTS);
+        thin(&mut s.rounds, MAX_POINTS);
+        thin(&mut s.stops, MAX_POINTS);
         Some(s)
     }
 

@@ -1,6 +1,7 @@
 //! Writes the recorder's dumps on their own thread (blocking IO and pictures), keeps the dump
 //! directory within `max_dumps` and `max_disk_mib`, and counts every dump written, failed or dropped.
-use std::os::unix::fs::DirBuilderExt;
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{write_dump, ReadyDump, RecorderConfig, RecorderError};
+use crate::files::{self, Existing};
 use crate::model::FindingKind;
 use crate::recording::Header;
 
@@ -91,7 +93,12 @@ pub struct DumpSink {
     done: Receiver<()>,
     counts: Arc<Counts>,
     dir: PathBuf,
+    /// Held while the sink lives: one daemon per dump directory.
+    _lock: File,
 }
+
+/// The dump directory's lock file (it holds the pid of the daemon writing there).
+pub const LOCK_FILE: &str = ".tcpvigil.lock";
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RecorderError + '_ {
     move |source| RecorderError::Io { path: path.to_path_buf(), source }
@@ -102,7 +109,7 @@ impl DumpSink {
     /// and start the writer. An error here is a configuration problem: report it before loading.
     pub fn start(cfg: &RecorderConfig, header: Header) -> Result<DumpSink, RecorderError> {
         let dir = cfg.dir.clone();
-        Self::prepare_dir(&dir)?;
+        let lock = Self::prepare_dir(&dir)?;
         let (tx, rx) = mpsc::sync_channel::<ReadyDump>(QUEUE);
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -119,24 +126,48 @@ impl DumpSink {
                 let _ = done_tx.send(());
             })
             .map_err(io_err(&dir))?;
-        Ok(DumpSink { tx: Some(tx), done, counts, dir })
+        Ok(DumpSink { tx: Some(tx), done, counts, dir, _lock: lock })
     }
 
-    /// Create `dir` if missing, prove it writable, and remove half-written dumps (`.NAME.tmp`)
-    /// a previous run left. Called by `start`; callable earlier to refuse a bad dir up front.
-    pub fn prepare_dir(dir: &Path) -> Result<(), RecorderError> {
+    /// Create `dir` if missing (0750; never through a symlink, never one other users can write
+    /// to: files::create_dir), lock it for this daemon (`.tcpvigil.lock`: a second daemon on the
+    /// same directory is told which process holds it), and remove half-written dumps
+    /// (`.NAME.tmp`) a previous run left. Called by `start`, which keeps the lock; callable
+    /// earlier to refuse a bad or busy directory up front.
+    pub fn prepare_dir(dir: &Path) -> Result<File, RecorderError> {
         // 0750: dumps hold every segment of the connections they cover.
-        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir).map_err(io_err(dir))?;
-        let probe = dir.join(".tcpvigil-write-test");
-        std::fs::write(&probe, b"").map_err(io_err(dir))?;
-        let _ = std::fs::remove_file(&probe);
+        files::create_dir(dir, 0o750).map_err(io_err(dir))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let mut lock = files::create(&lock_path, Existing::Append, 0o640).map_err(io_err(dir))?;
+        if let Err(e) = files::lock(&lock) {
+            return Err(RecorderError::Busy { path: dir.to_path_buf(), why: e.to_string() });
+        }
+        // Who holds it, for people reading the directory (the lock itself is what counts).
+        let _ = lock.set_len(0).and_then(|()| writeln!(lock, "{}", std::process::id()));
         for e in std::fs::read_dir(dir).map_err(io_err(dir))?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') && name.ends_with(".tmp") {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
-        Ok(())
+        Ok(lock)
+    }
+
+    /// Whether `prepare_dir` would succeed, creating nothing (`run --check-config`): the
+    /// directory, or the nearest existing parent it would be made in, is safe and writable.
+    pub fn check_dir(dir: &Path) -> Result<(), RecorderError> {
+        let mut at = dir;
+        while !at.exists() {
+            match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => break,
+            }
+        }
+        if at == dir {
+            files::check_create(&dir.join(LOCK_FILE)).map_err(io_err(dir))
+        } else {
+            files::check_create(&at.join(".tcpvigil-dir-check")).map_err(io_err(dir))
+        }
     }
 
     pub fn dir(&self) -> &Path {
