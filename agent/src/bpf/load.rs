@@ -2,7 +2,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context, Result};
@@ -55,6 +55,7 @@ pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'
         Prog::SetState => &s.tv_set_state,
         Prog::Destroy => &s.tv_destroy,
         Prog::Iter => &s.tv_iter,
+        Prog::Look => &s.tv_look,
     }
 }
 
@@ -74,8 +75,20 @@ pub fn cgroup2_root() -> Result<PathBuf> {
 pub struct Loaded<'obj> {
     pub skel: TcpvigilSkel<'obj>,
     pub links: Vec<Link>,
-    pub iter_link: Link,
+    /// iter/tcp: the start pass, or (without the look) every snapshot pass, per namespace.
+    pub iter_link: Option<Link>,
+    /// The look at the live set (iter/bpf_sk_storage_map over tv_live).
+    pub look_link: Option<Link>,
     pub cfg: tv_config,
+}
+
+/// A socket quiet this long leaves the live set (tv_config.live_quiet_ms): a few looks, so a
+/// connection that pauses between requests is not taken out and put back every time.
+pub const LIVE_QUIET_MS: u32 = 5000;
+
+/// The look's iterator link: the program over the live-set map.
+pub fn attach_look(skel: &TcpvigilSkel<'_>) -> libbpf_rs::Result<Link> {
+    skel.progs.tv_look.attach_iter(skel.maps.tv_live.as_fd())
 }
 
 fn rule_to_filter(r: &Rule) -> tv_filter {
@@ -184,6 +197,8 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
         ca_from_probe: (!v.uses(Prog::CongState)) as u32,
         exact_lost_rtx: v.uses(Prog::MarkLost) as u32,
         rto_fentry: v.uses(Prog::RtoTimer) as u32,
+        look: v.uses(Prog::Look) as u32,
+        live_quiet_ms: LIVE_QUIET_MS,
         ..Default::default()
     };
     set_selection(&skel, &mut cfg, s.select_all, &s.rules)?;
@@ -207,6 +222,13 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
             .with_context(|| format!("attaching sockops at {}", root.display()))?;
         links.push(l);
     }
-    let iter_link = skel.progs.tv_iter.attach().context("attaching iter/tcp")?;
-    Ok(Loaded { skel, links, iter_link, cfg })
+    let iter_link = match chosen.contains(&Prog::Iter) {
+        true => Some(skel.progs.tv_iter.attach().context("attaching iter/tcp")?),
+        false => None,
+    };
+    let look_link = match chosen.contains(&Prog::Look) {
+        true => Some(attach_look(&skel).context("attaching the look (iter/bpf_sk_storage_map)")?),
+        false => None,
+    };
+    Ok(Loaded { skel, links, iter_link, look_link, cfg })
 }

@@ -22,9 +22,10 @@ pub enum Prog {
     SetState,
     Destroy,
     Iter,
+    Look,
 }
 
-pub const ALL: [Prog; 11] = [
+pub const ALL: [Prog; 12] = [
     Prog::TcpProbe,
     Prog::SacktagExit,
     Prog::RetransV2,
@@ -36,6 +37,7 @@ pub const ALL: [Prog; 11] = [
     Prog::SetState,
     Prog::Destroy,
     Prog::Iter,
+    Prog::Look,
 ];
 
 impl Prog {
@@ -53,12 +55,13 @@ impl Prog {
             Prog::SetState => "tp_btf/inet_sock_set_state",
             Prog::Destroy => "tp_btf/tcp_destroy_sock",
             Prog::Iter => "iter/tcp",
+            Prog::Look => "iter/bpf_sk_storage_map (live set)",
         }
     }
 
     /// Attached by `attach()` on its own (sockops needs a cgroup, the iterator is read on demand).
     pub fn auto_attach(self) -> bool {
-        !matches!(self, Prog::Sockops | Prog::Iter)
+        !matches!(self, Prog::Sockops | Prog::Iter | Prog::Look)
     }
 
     pub fn of<'a, 'b>(self, open: &'a mut OpenTcpvigilSkel<'b>) -> &'a mut OpenProgramMut<'b> {
@@ -75,6 +78,7 @@ impl Prog {
             Prog::SetState => &mut p.tv_set_state,
             Prog::Destroy => &mut p.tv_destroy,
             Prog::Iter => &mut p.tv_iter,
+            Prog::Look => &mut p.tv_look,
         }
     }
 }
@@ -158,10 +162,18 @@ pub const NEEDS: &[Need] = &[
     },
     Need {
         name: "snapshot",
-        what: "queues, chrono stats, options (iter/tcp per netns)",
+        what: "queues, chrono stats, options of the connections that move (a look at the live set)",
         essential: true,
-        candidates: &[Prog::Iter],
+        // The fallback walks every socket of every network namespace each period.
+        candidates: &[Prog::Look, Prog::Iter],
         otherwise: None,
+    },
+    Need {
+        name: "start",
+        what: "sockets older than the agent: callbacks asked for, existence (once, per netns)",
+        essential: false,
+        candidates: &[Prog::Iter],
+        otherwise: Some("none: older sockets are known once they move, and get no RTO callbacks"),
     },
 ];
 
@@ -197,8 +209,12 @@ impl Variants {
 
     /// Programs to load: the chosen ones.
     pub fn progs(&self) -> Vec<Prog> {
-        let mut v: Vec<Prog> = self.choices.iter().filter_map(|c| c.prog).collect();
-        v.dedup();
+        let mut v: Vec<Prog> = Vec::new();
+        for p in self.choices.iter().filter_map(|c| c.prog) {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
         v
     }
 
@@ -289,6 +305,11 @@ pub fn trial(prog: Prog) -> Result<(), String> {
     if prog.auto_attach() {
         let p = super::load::prog_ref(&skel, prog);
         let link = p.attach().map_err(|e| format!("loads but does not attach: {}", reason(&e, &take_libbpf_log())))?;
+        drop(link);
+    }
+    if prog == Prog::Look {
+        let link = super::load::attach_look(&skel)
+            .map_err(|e| format!("loads but does not attach: {}", reason(&e, &take_libbpf_log())))?;
         drop(link);
     }
     Ok(())

@@ -475,6 +475,13 @@ impl StopDetector {
     }
 
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        // Nothing is kept for a connection whose first records are its state, owner or close
+        // (most never move data): its samples or snapshots open it here.
+        if matches!(ev.body, Body::State(_) | Body::Owner(_) | Body::Close(_))
+            && !self.conns.contains_key(&ev.conn.cookie)
+        {
+            return;
+        }
         let cfg = &self.cfg;
         let c = self.conns.entry(ev.conn.cookie).or_insert_with(|| Conn::new(ev.conn, ev.ts_ns));
         tracing::trace!(target: "tcpvigil::stop", conn = %c.id.tuple, ts = ev.ts_ns, body = %trace_body(&ev.body),
@@ -582,6 +589,8 @@ impl StopDetector {
                         c.end(cfg, ev.ts_ns, start, ev.ts_ns, out);
                     }
                 }
+                // Gone (one that never moved data gets no Close record).
+                c.closed |= st.new == CLOSE;
             }
             Body::Owner(_) => {}
         }

@@ -312,7 +312,7 @@ impl ConnSeries {
         self.in_flight.get_or_create(&o).set(sum.in_flight);
         self.delivery.get_or_create(&o).set(sum.delivery);
         self.goodput.get_or_create(&o).set(sum.goodput);
-        self.tracked.set(tracked);
+        self.tracked.set(tracked + table.known() as i64);
         self.bulk.set(bulk);
         self.overflow.set(rest.len() as i64);
         self.shown = now;
