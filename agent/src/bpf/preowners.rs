@@ -1,5 +1,7 @@
 //! Owners of sockets older than the daemon (its programs saw no connect() or listen() for them), read once from /proc at start-up.
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::BufRead;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
@@ -21,15 +23,28 @@ pub struct ProcSock {
 
 /// Sockets that existed when the daemon started, by where they are: connections by their tuple,
 /// listeners by their port (a connection accepted later from an old listener is its process's).
+/// Bounded: 16 bytes per connection (a hash of its tuple and the index of its owner), each owner
+/// kept once however many sockets it holds.
 #[derive(Debug, Default)]
 pub struct PreOwners {
-    conns: HashMap<(u32, SocketAddr, SocketAddr), Owner>,
-    listeners: HashMap<(u32, u16), Vec<(IpAddr, Owner)>>,
+    conns: HashMap<u64, u32>,
+    listeners: HashMap<(u32, u16), Vec<(IpAddr, u32)>>,
+    owners: Vec<Owner>,
+    by_pid: HashMap<u32, u32>,
+}
+
+/// A connection's place: its namespace and both ends (IPv4-mapped addresses as IPv4). Hashed with
+/// fixed keys: two connections of one host colliding in 64 bits is not to be expected.
+fn key(ns: u32, local: SocketAddr, remote: SocketAddr) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (ns, canonical(local), canonical(remote)).hash(&mut h);
+    h.finish()
 }
 
 impl PreOwners {
-    /// Reads every process's socket descriptors and its namespace's TCP table (each namespace once).
-    /// What cannot be read (a process gone meanwhile, no /proc) is skipped: attribution is best effort.
+    /// Reads every process's socket descriptors and its namespace's TCP table (each namespace once,
+    /// line by line). What cannot be read (a process gone meanwhile, no /proc) is skipped:
+    /// attribution is best effort.
     pub fn scan(proc_root: &Path) -> PreOwners {
         let mut by_inode: HashMap<u64, (u32, u32)> = HashMap::new(); // socket inode -> (pid, netns)
         let mut netns_pid: HashMap<u32, u32> = HashMap::new();
@@ -53,41 +68,61 @@ impl PreOwners {
                 netns_pid.entry(ns).or_insert(pid);
             }
         }
-        let mut comms: HashMap<u32, String> = HashMap::new();
         let mut out = PreOwners::default();
+        let mut line = String::new();
         for (&ns, &pid) in &netns_pid {
             for file in ["tcp", "tcp6"] {
-                let text =
-                    std::fs::read_to_string(proc_root.join(pid.to_string()).join("net").join(file)).unwrap_or_default();
-                for s in text.lines().skip(1).filter_map(parse_line) {
+                let path = proc_root.join(pid.to_string()).join("net").join(file);
+                let Ok(f) = std::fs::File::open(path) else { continue };
+                let mut r = std::io::BufReader::new(f);
+                line.clear();
+                let _ = r.read_line(&mut line); // the header
+                loop {
+                    line.clear();
+                    if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                        break;
+                    }
+                    let Some(s) = parse_line(&line) else { continue };
                     let Some(&(owner_pid, owner_ns)) = by_inode.get(&s.inode) else { continue };
                     if owner_ns != ns {
                         continue;
                     }
-                    let comm = comms
-                        .entry(owner_pid)
-                        .or_insert_with(|| {
-                            std::fs::read_to_string(proc_root.join(owner_pid.to_string()).join("comm"))
-                                .map(|c| c.trim_end().to_string())
-                                .unwrap_or_default()
-                        })
-                        .clone();
-                    out.add(ns, &s, Owner { pid: owner_pid, uid: s.uid, cgroup_id: 0, comm });
+                    let id = out.owner_id(proc_root, owner_pid, s.uid);
+                    out.add_id(ns, &s, id);
                 }
             }
         }
+        out.by_pid = HashMap::new();
         out
+    }
+
+    /// The index of a process's owner record, read from /proc once per process.
+    fn owner_id(&mut self, proc_root: &Path, pid: u32, uid: u32) -> u32 {
+        if let Some(&i) = self.by_pid.get(&pid) {
+            return i;
+        }
+        let comm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default();
+        self.owners.push(Owner { pid, uid, cgroup_id: 0, comm });
+        let i = self.owners.len() as u32 - 1;
+        self.by_pid.insert(pid, i);
+        i
     }
 
     /// Adds one socket of namespace `ns`.
     pub fn add(&mut self, ns: u32, s: &ProcSock, owner: Owner) {
+        self.owners.push(owner);
+        let id = self.owners.len() as u32 - 1;
+        self.add_id(ns, s, id);
+    }
+
+    fn add_id(&mut self, ns: u32, s: &ProcSock, id: u32) {
         match s.state {
             ESTABLISHED => {
-                self.conns.insert((ns, canonical(s.local), canonical(s.remote)), owner);
+                self.conns.insert(key(ns, s.local, s.remote), id);
             }
-            LISTEN => {
-                self.listeners.entry((ns, s.local.port())).or_default().push((s.local.ip().to_canonical(), owner))
-            }
+            LISTEN => self.listeners.entry((ns, s.local.port())).or_default().push((s.local.ip().to_canonical(), id)),
             _ => {}
         }
     }
@@ -101,14 +136,14 @@ impl PreOwners {
     /// start-up, or the one listening on its local address then (the most specific address first).
     pub fn owner_of(&self, id: &ConnId) -> Option<Owner> {
         let (local, remote) = (canonical(id.tuple.local), canonical(id.tuple.remote));
-        if let Some(o) = self.conns.get(&(id.netns, local, remote)) {
-            return Some(o.clone());
+        if let Some(&i) = self.conns.get(&key(id.netns, local, remote)) {
+            return self.owners.get(i as usize).cloned();
         }
         let l = self.listeners.get(&(id.netns, local.port()))?;
         l.iter()
             .find(|(ip, _)| *ip == local.ip())
             .or_else(|| l.iter().find(|(ip, _)| ip.is_unspecified()))
-            .map(|(_, o)| o.clone())
+            .and_then(|(_, i)| self.owners.get(*i as usize).cloned())
     }
 }
 

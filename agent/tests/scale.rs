@@ -1,0 +1,185 @@
+//! Cost follows what is watched: an idle socket costs no record per look, one that moves is looked
+//! at every period, a namespace made after start (by any user) adds nothing to a pass, and a
+//! client's close still carries its local port. Counted, not timed. (The figures at 100,000
+//! sockets: scripts/bench-scale.sh.)
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use support::*;
+use tcpvigil::bpf::agent::{Agent, Msg, KERNEL_STAT_NAMES};
+use tcpvigil::bpf::load::Settings;
+use tcpvigil::bpf::variants;
+use tcpvigil::model::{Body, Event};
+
+fn start(snapshot_interval_ms: u64) -> Agent {
+    variants::capture_libbpf_log();
+    let v = variants::choose();
+    assert!(v.missing_essential().is_empty(), "{:?}", v.missing_essential().first().map(|c| &c.refused));
+    Agent::start(Settings { snapshot_interval_ms, ..Default::default() }, v, 1 << 16, false).expect("agent")
+}
+
+/// Every event for `d`, handed to `each` as it comes.
+fn collect(agent: &mut Agent, d: Duration, mut each: impl FnMut(&Event)) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        match agent.events.blocking_recv() {
+            Some(Msg::Event(ev)) => each(&ev),
+            Some(Msg::Drained(_)) => {}
+            None => break,
+        }
+    }
+}
+
+fn kernel_stat(agent: &Agent, name: &str) -> u64 {
+    let i = KERNEL_STAT_NAMES.iter().position(|n| *n == name).expect("stat");
+    agent.counters.kernel.lock().unwrap().get(i).copied().unwrap_or(0)
+}
+
+/// A connected pair on loopback: (client, server side).
+fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    (c, s)
+}
+
+fn ports(s: &TcpStream) -> (u16, u16) {
+    (s.local_addr().unwrap().port(), s.peer_addr().unwrap().port())
+}
+
+#[test]
+fn an_idle_socket_costs_no_record_per_look_and_a_moving_one_is_looked_at_every_period() {
+    if !require_root("an_idle_socket_costs_no_record_per_look_and_a_moving_one_is_looked_at_every_period") {
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let old = pair(&l); // older than the agent
+    let mut agent = start(100);
+    let new = pair(&l);
+    let (mut mc, mut ms) = pair(&l);
+    let lp = l.local_addr().unwrap().port();
+    // Which socket an event is about, by its ports: (old|new|moving, client|server).
+    let mut who: HashMap<(u16, u16), &str> = HashMap::new();
+    for (name, c) in [("old", &old.0), ("new", &new.0), ("moving", &mc)] {
+        let (cp, _) = ports(c);
+        who.insert((cp, lp), name);
+        who.insert((lp, cp), name);
+    }
+    let mut snaps: HashMap<&str, u64> = HashMap::new();
+    let mut found: HashMap<&str, u64> = HashMap::new();
+    let passes0 = agent.counters.passes.load(Ordering::Relaxed);
+    let looked0 = kernel_stat(&agent, "looked");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = [0u8; 100];
+            while !stop.load(Ordering::Relaxed) {
+                mc.write_all(&[1u8; 100]).unwrap();
+                ms.read_exact(&mut buf).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        collect(&mut agent, Duration::from_secs(3), |ev| {
+            let key = (ev.conn.tuple.local.port(), ev.conn.tuple.remote.port());
+            let Some(name) = who.get(&key).copied() else { return };
+            match &ev.body {
+                Body::Snapshot(_) => *snaps.entry(name).or_default() += 1,
+                Body::State(st) if st.old == st.new => *found.entry(name).or_default() += 1,
+                _ => {}
+            }
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+    let passes = agent.counters.passes.load(Ordering::Relaxed) - passes0;
+    let looked = kernel_stat(&agent, "looked") - looked0;
+    println!(
+        "{passes} looks in 3 s: snapshots {snaps:?}, found by the start pass {found:?}, sockets looked at {looked}, namespaces walked by the last pass {}",
+        agent.counters.netns.load(Ordering::Relaxed)
+    );
+    assert!(passes >= 15, "only {passes} looks in 3 s at a 100 ms period");
+    assert_eq!(snaps.get("old"), None, "an idle socket older than the agent was reported");
+    assert_eq!(snaps.get("new"), None, "an idle socket newer than the agent was reported");
+    assert!(snaps.get("moving").copied().unwrap_or(0) >= 2 * 10, "the moving pair at (nearly) every look: {snaps:?}");
+    assert_eq!(found.get("old"), Some(&2), "both ends of the older pair found once, by the start pass");
+    assert_eq!(agent.counters.netns.load(Ordering::Relaxed), 0, "a look walks no namespace");
+    // What a look visits is the live set (the moving pair, and whatever else moved on this host),
+    // not every socket: the idle ones are never among them.
+    assert!(looked < passes * 64, "{looked} sockets looked at in {passes} looks");
+    drop((old, new));
+}
+
+#[test]
+fn namespaces_made_after_start_by_an_unprivileged_user_add_nothing_to_a_look() {
+    if !require_root("namespaces_made_after_start_by_an_unprivileged_user_add_nothing_to_a_look") {
+        return;
+    }
+    let mut agent = start(100);
+    collect(&mut agent, Duration::from_millis(500), |_| {});
+    let reads = |a: &Agent| (a.counters.passes.load(Ordering::Relaxed), a.counters.snapshots.load(Ordering::Relaxed));
+    let (p0, r0) = reads(&agent);
+    collect(&mut agent, Duration::from_secs(1), |_| {});
+    let (p1, r1) = reads(&agent);
+    // 50 empty namespaces, each held by a process of user nobody (`unshare -Urn`, no privilege).
+    let mut held: Vec<std::process::Child> = (0..50)
+        .map(|_| {
+            std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-Urn", "sleep", "30"])
+                .spawn()
+                .expect("unshare as nobody")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let made = held.iter().filter(|c| std::fs::read_link(format!("/proc/{}/ns/net", c.id())).is_ok()).count();
+    collect(&mut agent, Duration::from_secs(1), |_| {});
+    let (p2, r2) = reads(&agent);
+    let walked = agent.counters.netns.load(Ordering::Relaxed);
+    for c in held.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let (before, after) = ((r1 - r0) as f64 / (p1 - p0) as f64, (r2 - r1) as f64 / (p2 - p1) as f64);
+    println!("{made} namespaces made: iterator reads per pass {before:.2} before, {after:.2} after; namespaces walked by the last pass {walked}");
+    assert!(made >= 40, "only {made} of 50 namespaces were made");
+    assert!(p1 - p0 >= 5 && p2 - p1 >= 5, "too few passes: {} and {}", p1 - p0, p2 - p1);
+    assert_eq!(before, 1.0, "one read per look");
+    assert_eq!(after, 1.0, "one read per look, whatever the namespaces");
+    assert_eq!(walked, 0, "a look walks no namespace");
+}
+
+#[test]
+fn a_clients_close_records_carry_its_local_port() {
+    if !require_root("a_clients_close_records_carry_its_local_port") {
+        return;
+    }
+    let mut agent = start(100);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (mut c, mut s) = pair(&l);
+    let (cp, lp) = ports(&c);
+    c.write_all(&[7u8; 1000]).unwrap();
+    let mut buf = [0u8; 1000];
+    s.read_exact(&mut buf).unwrap();
+    let cookie = std::cell::Cell::new(0u64);
+    collect(&mut agent, Duration::from_millis(300), |ev| {
+        if ev.conn.tuple.local.port() == cp && ev.conn.tuple.remote.port() == lp {
+            cookie.set(ev.conn.cookie);
+        }
+    });
+    drop(c); // the client closes first: FIN_WAIT, then TIME_WAIT, and its port is released
+    drop(s);
+    let mut closes = Vec::new();
+    collect(&mut agent, Duration::from_millis(800), |ev| {
+        let close = matches!(&ev.body, Body::State(st) if st.new == 7) || matches!(ev.body, Body::Close(_));
+        if close && ev.conn.tuple.remote.port() == lp && ev.conn.tuple.local.ip().is_loopback() {
+            closes.push((ev.conn.cookie, ev.conn.tuple.local.port()));
+        }
+    });
+    println!("client {cp} (cookie {}): close records (cookie, local port) {closes:?}", cookie.get());
+    let mine: Vec<u16> = closes.iter().filter(|(k, _)| *k == cookie.get()).map(|(_, p)| *p).collect();
+    assert!(cookie.get() != 0, "the client's connection was never reported");
+    assert!(mine.len() >= 2, "the state change to CLOSE and the close record: {closes:?}");
+    assert!(mine.iter().all(|p| *p == cp), "local port {cp} expected in every close record: {mine:?}");
+}
