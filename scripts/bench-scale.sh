@@ -12,7 +12,8 @@
 # at start-up (from its log; the 100k case also runs 1,000 extra processes); and beside them, over
 # the same sockets and as long: `ss -tin` once a second in every namespace that has sockets (and
 # in each of the 300), and Debian's prometheus-node-exporter with only its netstat collector,
-# scraped as often as tcpvigil, as ratios (tcpvigil / the other). Then, unless --no-throughput, a
+# scraped as often as tcpvigil, as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
+# at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
 # CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets, with and without the daemon in
 # alternating pairs: the median throughput kept.
 set -euo pipefail
@@ -128,10 +129,16 @@ def metric(text, name):
     v = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name) and not l.startswith("#")]
     return sum(v)
 
-def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0):
+def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
     print(f"-- {label}", file=sys.stderr, flush=True)
     h = holder(n_sockets // 2, churn)
     nss, extra = namespaces(n_ns), [subprocess.Popen(["sleep", "100000"]) for _ in range(procs)]
+    if flows:
+        # Bulk flows at 2 Mbit/s each for the whole case (iperf3 at most 128 streams a process).
+        extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-p", "7101"], stdout=subprocess.DEVNULL))
+        time.sleep(0.3)
+        extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7101", "-P", str(flows),
+                                       "-b", "2M", "-t", "100000"], stdout=subprocess.DEVNULL))
     time.sleep(1)
     cfg, ready, log = f"{TMP}/c.toml", f"{TMP}/ready", open(f"{TMP}/daemon.log", "w")
     open(cfg, "w").close()
@@ -215,6 +222,7 @@ try:
     daemon_case("100,000 sockets, 1 namespace, 1,000 more processes", 100000, 0, procs=1000)
     daemon_case("0 sockets, 300 namespaces", 0, 300)
     daemon_case("100,000 idle + 200 short connections/s", 100000, 0, churn=200.0)
+    daemon_case("100 bulk flows at 2 Mbit/s", 0, 0, flows=100)
     if TPUT:
         print("\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, 4 alternating pairs of 5 s:")
         h = holder(10000)
