@@ -6,13 +6,14 @@
 # For 0 / 20,000 / 100,000 established loopback sockets (both ends in one private network
 # namespace) and 1 / 300 network namespaces (empty ones, each made by user nobody with
 # `unshare -Urn`), and 100,000 idle sockets beside a churn of 200 short connections a second, it
-# starts `tcpvigil run` afresh and prints its RSS (at start and the peak), snapshot pass time
+# starts `tcpvigil run` afresh and prints its RSS (once started: the start pass and the /proc
+# scan done, a quiet second; and the peak), the CPU seconds it took to get there, snapshot pass time
 # (the largest of the scraped `tcpvigil_snapshot_duration_seconds`), CPU (share of one core over
 # the window, from /proc/PID/stat), dropped records and tracked connections; the /proc owner scan
 # at start-up (from its log; the 100k case also runs 1,000 extra processes); and beside them, over
 # the same sockets and as long: `ss -tin` once a second in every namespace that has sockets (and
-# in each of the 300), and Debian's prometheus-node-exporter with only its netstat collector,
-# scraped as often as tcpvigil, as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
+# in each of the 300), and Debian's prometheus-node-exporter with only its netstat collector;
+# both tcpvigil and node_exporter are scraped once a second; as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
 # at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
 # CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets, with and without the daemon in
 # alternating pairs: the median throughput kept.
@@ -41,17 +42,15 @@ import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, 
 
 BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
 TICK = os.sysconf("SC_CLK_TCK")
-resource.setrlimit(resource.RLIMIT_NOFILE, (400000, 400000))
 NS = f"tvbs{os.getpid()}"
 TMP = tempfile.mkdtemp(prefix="tvbs")
 sh = lambda *a: subprocess.run(a, check=True, stdout=subprocess.DEVNULL)
 
 HOLDER = r'''
 import collections, resource, socket, sys, time
-resource.setrlimit(resource.RLIMIT_NOFILE, (400000, 400000))
-n, churn = int(sys.argv[1]), float(sys.argv[2])
+n, churn, base = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 ls = []
-for p in (7001, 7002, 7003):
+for p in (base, base + 1, base + 2):
     l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     l.bind(("127.0.0.1", p)); l.listen(4096); l.setblocking(False); ls.append(l)
 held = []
@@ -62,7 +61,7 @@ def take(l):
         except BlockingIOError:
             return
 for i in range(n):
-    c = socket.socket(); c.connect(("127.0.0.1", 7001 + i % 2)); held.append(c)
+    c = socket.socket(); c.connect(("127.0.0.1", base + i % 2)); held.append(c)
     if i % 1000 == 999:
         take(ls[0]); take(ls[1])
 take(ls[0]); take(ls[1])
@@ -75,7 +74,7 @@ while True:
         break
     now = time.time()
     while churn and made < (now - t0) * churn:
-        c = socket.socket(); c.connect(("127.0.0.1", 7003)); c.sendall(b"x" * 2000)
+        c = socket.socket(); c.connect(("127.0.0.1", base + 2)); c.sendall(b"x" * 2000)
         a = None
         while a is None:
             try:
@@ -87,20 +86,30 @@ while True:
         _, c, a = q.popleft(); c.close(); a.close()
 '''
 
-def holder(n, churn=0.0):
-    p = subprocess.Popen(["ip", "netns", "exec", NS, "python3", "-c", HOLDER, str(n), str(churn)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    if not line.startswith("ready"):
-        raise SystemExit(f"the socket holder failed: {line!r}")
-    return p
+PER = 9000  # connections per holder process: 18,000 descriptors, under a 20,000 open-file limit
 
-def stop(p):
-    try:
-        p.stdin.close()
-    except Exception:
-        pass
-    p.wait()
+def holder(n, churn=0.0):
+    """n connections (2n sockets) held by as many processes as the open-file limit needs."""
+    ps = []
+    for i in range(max(1, -(-n // PER))):
+        k = min(PER, n - i * PER)
+        ps.append(subprocess.Popen(["ip", "netns", "exec", NS, "python3", "-c", HOLDER, str(max(k, 0)),
+                                    str(churn if i == 0 else 0.0), str(7001 + 3 * i)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for p in ps:
+        line = p.stdout.readline()
+        if not line.startswith("ready"):
+            raise SystemExit(f"a socket holder failed: {line!r}")
+    return ps
+
+def stop(ps):
+    for p in ps:
+        try:
+            p.stdin.close()
+        except Exception:
+            pass
+    for p in ps:
+        p.wait()
 
 def namespaces(k):
     return [subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
@@ -138,7 +147,7 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
         extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-p", "7101"], stdout=subprocess.DEVNULL))
         time.sleep(0.3)
         extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7101", "-P", str(flows),
-                                       "-b", "2M", "-t", "100000"], stdout=subprocess.DEVNULL))
+                                       "-b", "2M", "-t", "86400"], stdout=subprocess.DEVNULL))
     time.sleep(1)
     cfg, ready, log = f"{TMP}/c.toml", f"{TMP}/ready", open(f"{TMP}/daemon.log", "w")
     open(cfg, "w").close()
@@ -152,12 +161,19 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
     to_ready = time.time() - t0
     url = f"http://{open(ready).read().strip()}/metrics"
     os.remove(ready)
-    rss_start = status(d.pid, "VmRSS")
-    time.sleep(3)
+    # Settled: the start pass (every namespace once) and the /proc scan done, a quiet second.
+    prev = cpu(d.pid)
+    for _ in range(120):
+        time.sleep(1)
+        now_cpu = cpu(d.pid)
+        if now_cpu - prev <= 0.02:
+            break
+        prev = now_cpu
+    start_cpu, rss_start = cpu(d.pid), status(d.pid, "VmRSS")
     c0, w0, passes = cpu(d.pid), time.time(), []
     last = ""
     while time.time() - w0 < SECS:
-        time.sleep(min(5, SECS - (time.time() - w0)) if SECS - (time.time() - w0) > 0 else 0)
+        time.sleep(max(0, min(1, SECS - (time.time() - w0))))
         last = get(url)
         passes.append(metric(last, "tcpvigil_snapshot_duration_seconds") * 1000)
     share = (cpu(d.pid) - c0) / (time.time() - w0) * 100
@@ -168,16 +184,17 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
     scan = re.search(r'ms=(\d+).*read from /proc|read from /proc.*ms=(\d+)', open(f"{TMP}/daemon.log").read())
     scan_ms = next((g for g in (scan.groups() if scan else ()) if g), "?")
     # What a user would run instead, over the same sockets, as long.
-    r0, c0, w0 = resource.getrusage(resource.RUSAGE_CHILDREN), None, time.time()
     targets = [["ip", "netns", "exec", NS]] + [["nsenter", "-t", str(p.pid), "-n"] for p in nss]
+    w0, ss_s, ss_rss = time.time(), 0.0, 0
     while time.time() - w0 < SECS:
         t = time.time()
         for pre in targets:
-            subprocess.run(pre + ["ss", "-tin"], stdout=subprocess.DEVNULL)
+            p = subprocess.Popen(pre + ["ss", "-tin"], stdout=subprocess.DEVNULL)
+            _, _, ru = os.wait4(p.pid, 0)  # this run alone (ip and nsenter exec ss)
+            ss_s, ss_rss = ss_s + ru.ru_utime + ru.ru_stime, max(ss_rss, ru.ru_maxrss)
+            p.returncode = 0
         time.sleep(max(0, 1 - (time.time() - t)))
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ss_cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / (time.time() - w0) * 100
-    ss_rss = r1.ru_maxrss
+    ss_cpu = ss_s / (time.time() - w0) * 100
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
     ne = subprocess.Popen(["prometheus-node-exporter", "--collector.disable-defaults", "--collector.netstat",
                            f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -188,15 +205,15 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
             time.sleep(0.1)
     c0, w0 = cpu(ne.pid), time.time()
     while time.time() - w0 < SECS:
-        time.sleep(min(5, max(0, SECS - (time.time() - w0))))
+        time.sleep(max(0, min(1, SECS - (time.time() - w0))))
         get(f"http://127.0.0.1:{port}/metrics")
     ne_cpu, ne_rss = (cpu(ne.pid) - c0) / (time.time() - w0) * 100, status(ne.pid, "VmRSS")
     ne.kill(); ne.wait()
     stop(h); kill_all(nss + extra)
     ratio = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
     mib = lambda k: k / 1024
-    print(f"| {label} | {mib(rss_start):.1f} | {mib(peak):.1f} | {max(passes):.1f} | {share:.2f} | {drops:.0f} | "
-          f"{tracked:.0f} | {scan_ms} | {to_ready:.1f} | {ss_cpu:.2f} ({ratio(share, ss_cpu)}) | {mib(ss_rss):.1f} ({ratio(peak, ss_rss)}) | "
+    print(f"| {label} | {mib(rss_start):.1f} | {mib(peak):.1f} | {max(passes):.2f} | {share:.2f} | {drops:.0f} | "
+          f"{tracked:.0f} | {scan_ms} | {to_ready:.1f} | {start_cpu:.2f} | {ss_cpu:.2f} ({ratio(share, ss_cpu)}) | {mib(ss_rss):.1f} ({ratio(peak, ss_rss)}) | "
           f"{ne_cpu:.2f} ({ratio(share, ne_cpu)}) | {mib(ne_rss):.1f} ({ratio(peak, ne_rss)}) |", flush=True)
 
 def iperf(secs):
@@ -211,12 +228,12 @@ def iperf(secs):
 try:
     sh("ip", "netns", "add", NS)
     sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
-    sh("ip", "netns", "exec", NS, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000")
+    sh("ip", "netns", "exec", NS, "sysctl", "-qw", "net.ipv4.ip_local_port_range=10000 65000")
     print(f"bench-scale: {BIN} ({subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}), "
           f"{SECS} s windows, kernel {os.uname().release}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
-    print("| case | RSS at start MiB | RSS peak MiB | pass ms (max) | CPU % of a core | dropped | tracked | "
-          "/proc scan ms | ready s | ss -tin CPU % (ratio) | ss RSS MiB (ratio) | node_exporter CPU % (ratio) | node_exporter RSS MiB (ratio) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | RSS started MiB | RSS peak MiB | pass ms (max) | CPU % of a core | dropped | tracked | "
+          "/proc scan ms | ready s | CPU s to start | ss -tin CPU % (ratio) | ss RSS MiB (ratio) | node_exporter CPU % (ratio) | node_exporter RSS MiB (ratio) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     daemon_case("0 sockets, 1 namespace", 0, 0)
     daemon_case("20,000 sockets, 1 namespace", 20000, 0)
     daemon_case("100,000 sockets, 1 namespace, 1,000 more processes", 100000, 0, procs=1000)

@@ -1,6 +1,7 @@
 //! Churn and scale (a bench, not CI: `cargo test --release --test robust_scale -- --ignored`,
 //! run by scripts/bench-robust.sh): 100,000 short connections a few hundred at a time, then
-//! 50,000 idle established ones (100,000 sockets, both ends on this host). Prints the daemon's
+//! up to 20,000 idle established ones (both ends in this process: as many as its open-file limit
+//! allows; scripts/bench-scale.sh holds 100,000 sockets in several processes). Prints the daemon's
 //! RSS, /metrics series, scrape time, CPU, tracked connections, snapshot time and pressure
 //! counters before, at peak and after, and checks them against the budget in docs/robustness.md.
 mod support;
@@ -99,13 +100,13 @@ fn raise_nofile() {
 
 #[test]
 #[ignore = "bench: minutes of churn; run by scripts/bench-robust.sh"]
-fn churn_of_100k_connections_and_100k_idle_sockets_stay_within_the_budget() {
-    if !require_root("churn_of_100k_connections_and_100k_idle_sockets_stay_within_the_budget") {
+fn churn_of_100k_connections_and_20k_idle_ones_stay_within_the_budget() {
+    if !require_root("churn_of_100k_connections_and_20k_idle_ones_stay_within_the_budget") {
         return;
     }
     raise_nofile();
     let total: usize = std::env::var("TV_CHURN_TOTAL").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let idle: usize = std::env::var("TV_IDLE_CONNS").ok().and_then(|s| s.parse().ok()).unwrap_or(50_000);
+    let idle: usize = std::env::var("TV_IDLE_CONNS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
     let pair = Pair::new("sc");
     let _ = sh_ok(&format!(
         "ip netns exec {} sysctl -qw net.ipv4.ip_local_port_range='1024 65000' net.ipv4.tcp_tw_reuse=1",
