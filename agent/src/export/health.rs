@@ -89,7 +89,7 @@ pub struct Health {
     /// Findings the events writer could not write (see `EventsWriter::errors`).
     pub events_write_errors: u64,
     pub recorder: RecorderHealth,
-    /// How long the last snapshot pass over every network namespace took, seconds.
+    /// How long the last snapshot pass (a look at the live set) took, seconds.
     pub snapshot_seconds: f64,
 }
 
@@ -215,7 +215,7 @@ impl HealthSeries {
         r.register("recorder_connections", "Connections with a flight-recorder history", self.recorder_conns.clone());
         r.register_with_unit(
             "snapshot_duration",
-            "Time the last snapshot pass (iter/tcp over every network namespace) took",
+            "Time the last snapshot pass (a look at the connections that moved lately) took",
             Unit::Seconds,
             self.snapshot_duration.clone(),
         );
