@@ -75,7 +75,7 @@ const SNAPSHOT_GAP: Duration = Duration::from_millis(100);
 /// Records of a pass wait for the daemon rather than being dropped (the agent pulls them, so it
 /// can wait) once this many are in the channel: the start pass alone is one record per socket.
 const PACE: usize = 4096;
-/// How long a pass waits for room in the channel before it drops what does not fit.
+/// How long one pass waits in all for room in the channel before it drops what does not fit.
 const PACE_WAIT: Duration = Duration::from_secs(5);
 
 enum Ctl {
@@ -203,15 +203,16 @@ fn owner(
             c.channel_dropped.fetch_add(1, Ordering::Relaxed);
         }
     };
-    // A pass's records wait for room in the channel (see PACE).
+    // A pass's records wait for room in the channel (see PACE), PACE_WAIT at most per pass.
+    let waited = std::cell::Cell::new(Duration::ZERO);
     let paced = |ev: Event, c: &Counters| {
-        let t = Instant::now();
         while tx.max_capacity() - tx.capacity() >= PACE
             && !tx.is_closed()
             && !stop.load(Ordering::Relaxed)
-            && t.elapsed() < PACE_WAIT
+            && waited.get() < PACE_WAIT
         {
             std::thread::sleep(Duration::from_millis(1));
+            waited.set(waited.get() + Duration::from_millis(1));
         }
         push(ev, c)
     };
@@ -276,6 +277,7 @@ fn owner(
         if Instant::now() >= next_snap {
             last_snap = Instant::now();
             next_snap = last_snap + snap_every;
+            waited.set(Duration::ZERO);
             match (&loaded.look_link, &loaded.iter_link) {
                 (Some(l), _) => pass(&counters, || look_at(l, &counters, &paced)),
                 (None, Some(i)) => pass(&counters, || walk(i, &own_ns, &counters, &paced)),
