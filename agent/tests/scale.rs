@@ -285,3 +285,49 @@ fn outage_and_zero_window_are_diagnosed_in_time_beside_100k_idle_sockets() {
     }
     let _ = sh_ok(&format!("ip netns del {ns}"));
 }
+
+/// The /proc owner scan the daemon runs at start-up, alone, with 100,000 sockets held and 1,000
+/// more processes: its time and the memory it keeps (printed; the target is at most 1 s).
+#[test]
+#[ignore = "bench: 100,000 sockets (release)"]
+fn the_owner_scan_at_100k_sockets_and_1000_processes() {
+    if !require_root("the_owner_scan_at_100k_sockets_and_1000_processes") {
+        return;
+    }
+    let ns = format!("tvso{}", std::process::id());
+    sh(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+    sh(&format!("ip netns exec {ns} sysctl -qw net.ipv4.ip_local_port_range='10000 65000'"));
+    let held = hold(&ns, 50_000);
+    let mut sleepers: Vec<std::process::Child> =
+        (0..1000).map(|_| std::process::Command::new("sleep").arg("600").spawn().expect("sleep")).collect();
+    let rss = || {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for round in 0..3 {
+        let before = rss();
+        let t = Instant::now();
+        let p = tcpvigil::bpf::preowners::PreOwners::scan(std::path::Path::new("/proc"));
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        println!(
+            "scan {round}: {:?} (connections, listeners) in {ms:.0} ms; RSS {} -> {} KiB while held",
+            p.counts(),
+            before,
+            rss()
+        );
+        assert!(p.counts().0 >= 100_000, "the held connections were not all found: {:?}", p.counts());
+    }
+    for c in sleepers.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for mut c in held {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+    let _ = sh_ok(&format!("ip netns del {ns}"));
+}
