@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-scale.sh: what tcpvigil costs as a host grows, beside what a user would run instead.
 #
-#   bash scripts/bench-scale.sh [--bin PATH] [--secs N] [--no-throughput]     (root)
+#   bash scripts/bench-scale.sh [--bin PATH] [--secs N] [--pairs N] [--no-throughput | --throughput-only]   (root)
 #
 # For 0 / 20,000 / 100,000 established loopback sockets (both ends in one private network
 # namespace) and 1 / 300 network namespaces (empty ones, each made by user nobody with
@@ -16,31 +16,37 @@
 # both tcpvigil and node_exporter are scraped once a second; as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
 # at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
 # CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets, with and without the daemon in
-# alternating pairs: the median throughput kept.
+# alternating pairs (4 unless --pairs): the median throughput kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/tcpvigil
 secs=10
 tput=1
+cases=1
+pairs=4
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=${2:?}; shift 2 ;;
     --secs) secs=${2:?}; shift 2 ;;
+    --pairs) pairs=${2:?}; shift 2 ;;
     --no-throughput) tput=0; shift ;;
-    *) echo "bench-scale: unknown argument $1 (--bin PATH, --secs N, --no-throughput)" >&2; exit 2 ;;
+    --throughput-only) cases=0; shift ;;
+    *) echo "bench-scale: unknown argument $1 (--bin PATH, --secs N, --pairs N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 3 ]] || { echo "bench-scale: --secs takes a whole number of at least 3" >&2; exit 2; }
+[[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --pairs takes a whole number of at least 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: needs root (namespaces, BPF)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "bench-scale: no $bin (cargo build --release -p tcpvigil)" >&2; exit 2; }
 for t in prometheus-node-exporter iperf3 ss setpriv unshare nsenter; do
   command -v $t >/dev/null || { echo "bench-scale: $t is missing (apt-get install prometheus-node-exporter iperf3 iproute2 util-linux)" >&2; exit 2; }
 done
-export TV_BIN=$bin TV_SECS=$secs TV_TPUT=$tput
+export TV_BIN=$bin TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_PAIRS=$pairs
 exec python3 - <<'PY'
 import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
+CASES, PAIRS = os.environ["TV_CASES"] == "1", int(os.environ["TV_PAIRS"])
 TICK = os.sysconf("SC_CLK_TCK")
 NS = f"tvbs{os.getpid()}"
 TMP = tempfile.mkdtemp(prefix="tvbs")
@@ -225,12 +231,7 @@ def iperf(secs):
     import json
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
 
-try:
-    sh("ip", "netns", "add", NS)
-    sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
-    sh("ip", "netns", "exec", NS, "sysctl", "-qw", "net.ipv4.ip_local_port_range=10000 65000")
-    print(f"bench-scale: {BIN} ({subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}), "
-          f"{SECS} s windows, kernel {os.uname().release}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+def table():
     print("| case | RSS started MiB | RSS peak MiB | pass ms (max) | CPU % of a core | dropped | tracked | "
           "/proc scan ms | ready s | CPU s to start | ss -tin CPU % (ratio) | ss RSS MiB (ratio) | node_exporter CPU % (ratio) | node_exporter RSS MiB (ratio) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -240,25 +241,37 @@ try:
     daemon_case("0 sockets, 300 namespaces", 0, 300)
     daemon_case("100,000 idle + 200 short connections/s", 100000, 0, churn=200.0)
     daemon_case("100 bulk flows at 2 Mbit/s", 0, 0, flows=100)
+
+def throughput():
+    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} alternating pairs of 5 s:")
+    h = holder(10000)
+    off, on = [], []
+    for i in range(PAIRS):
+        off.append(iperf(5))
+        cfg, ready = f"{TMP}/c.toml", f"{TMP}/ready"
+        d = subprocess.Popen([BIN, "run", "--listen", "127.0.0.1:0", "--config", cfg, "--ready-file", ready],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(ready):
+            time.sleep(0.05)
+        os.remove(ready)
+        time.sleep(2)
+        on.append(iperf(5))
+        d.send_signal(signal.SIGINT); d.wait()
+    stop(h)
+    mo, mn = statistics.median(off), statistics.median(on)
+    print(f"without the daemon {[round(x, 1) for x in off]} Gbit/s, with it {[round(x, 1) for x in on]} Gbit/s: "
+          f"median {mn:.1f} / {mo:.1f} = {mn / mo * 100:.1f} % kept")
+
+try:
+    sh("ip", "netns", "add", NS)
+    sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
+    sh("ip", "netns", "exec", NS, "sysctl", "-qw", "net.ipv4.ip_local_port_range=10000 65000")
+    print(f"bench-scale: {BIN} ({subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}), "
+          f"{SECS} s windows, kernel {os.uname().release}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    if CASES:
+        table()
     if TPUT:
-        print("\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, 4 alternating pairs of 5 s:")
-        h = holder(10000)
-        off, on = [], []
-        for i in range(4):
-            off.append(iperf(5))
-            cfg, ready = f"{TMP}/c.toml", f"{TMP}/ready"
-            d = subprocess.Popen([BIN, "run", "--listen", "127.0.0.1:0", "--config", cfg, "--ready-file", ready],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            while not os.path.exists(ready):
-                time.sleep(0.05)
-            os.remove(ready)
-            time.sleep(2)
-            on.append(iperf(5))
-            d.send_signal(signal.SIGINT); d.wait()
-        stop(h)
-        mo, mn = statistics.median(off), statistics.median(on)
-        print(f"without the daemon {[round(x, 1) for x in off]} Gbit/s, with it {[round(x, 1) for x in on]} Gbit/s: "
-              f"median {mn:.1f} / {mo:.1f} = {mn / mo * 100:.1f} % kept")
+        throughput()
 finally:
     subprocess.run(["ip", "netns", "del", NS])
 PY

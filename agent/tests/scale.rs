@@ -234,7 +234,7 @@ sys.stdin.read()
 /// The outage and the zero-window scenarios, judged as in tests/scenarios.rs, while 100,000 idle
 /// sockets are held: found in time with the same diagnosis, nothing dropped.
 #[test]
-#[ignore = "bench: 100,000 sockets; run by scripts/bench-scale.sh's caller or by hand (release)"]
+#[ignore = "bench: 100,000 sockets (release: cargo test --release --test scale -- --ignored)"]
 fn outage_and_zero_window_are_diagnosed_in_time_beside_100k_idle_sockets() {
     use support::daemon::{series, Daemon};
     use support::judge;
