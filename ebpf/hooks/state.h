@@ -19,7 +19,10 @@ int BPF_PROG(tv_cong_state, struct sock *sk, const u8 ca_state)
 	__u8 old = tv_ca_state_of(tp);
 	if (st) {
 		st->last_ca = ca_state;
-		tv_touch(sk, st);
+		/* Not for the Open -> Open of every accepted socket (tcp_ca_openreq_child()): an
+		 * idle connection must not join the live set. */
+		if (ca_state != old)
+			tv_touch(sk, st);
 	}
 	tv_emit_ca(sk, tp, bpf_get_socket_cookie(sk), old, ca_state, bpf_ktime_get_ns());
 	return 0;
