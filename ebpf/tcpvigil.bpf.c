@@ -5,5 +5,6 @@
 #include "hooks/retrans.h"
 #include "hooks/state.h"
 #include "hooks/snapshot.h"
+#include "hooks/look.h"
 
 char LICENSE[] SEC("license") = "GPL";

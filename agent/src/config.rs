@@ -14,7 +14,7 @@ pub struct BpfConfig {
     pub bulk_interval_ms: u64,
     /// A connection counts as bulk once this many bytes were acknowledged.
     pub bulk_min_bytes: u64,
-    /// Milliseconds between snapshots of every connection (iter/tcp, every namespace).
+    /// Milliseconds between looks at the connections that moved lately (the live set).
     pub snapshot_interval_ms: u64,
     /// Ring buffer size in MiB (a power of two).
     pub ringbuf_mib: u32,

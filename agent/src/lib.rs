@@ -7,6 +7,7 @@ pub mod config;
 pub mod detect;
 pub mod export;
 pub mod files;
+pub mod heap;
 pub mod logging;
 pub mod model;
 pub mod plot;

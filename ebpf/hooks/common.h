@@ -52,6 +52,16 @@ struct tv_sk {
 	__u32 uid;
 	__u64 cgroup_id;
 	char comm[TV_COMM_LEN];
+	/* The live set (look.h): every hook that sees the socket bumps act; the look compares what
+	 * it reads with what it last read, so a socket that moved nothing costs nothing. */
+	__u32 act;
+	__u32 look_una;    /* snd_una, rcv_nxt, copied_seq and state at the last look */
+	__u32 look_rcv;
+	__u32 look_copied;
+	__u16 lport;       /* local port: the kernel clears it before the state change to CLOSE */
+	__u8 look_state;
+	__u8 looked;       /* the look_* fields hold a look */
+	__u8 live;         /* in tv_live */
 };
 
 struct {
@@ -60,6 +70,29 @@ struct {
 	__type(key, int);
 	__type(value, struct tv_sk);
 } tv_socks SEC(".maps");
+
+/* The live set: sockets that sent, received or lost something lately (look.h). A socket joins
+ * when a hook sees it and leaves when a look finds it quiet; one look visits these, not every
+ * socket of every namespace. */
+struct tv_live {
+	__u64 moved_ns; /* when a look last saw it move (0: joined since the last look) */
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tv_live);
+} tv_live SEC(".maps");
+
+/* State changes to CLOSE the ring buffer had no room for, by cookie: userspace takes them at its
+ * next look, so no connection stays open forever in its table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct tv_state);
+} tv_missed SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -158,6 +191,23 @@ static __always_inline void tv_submit(void *rec)
 	bpf_ringbuf_submit(rec, flags);
 }
 
+/* Put the socket in the live set (tv_live), once: a look visits it from then on. */
+static __always_inline void tv_join(void *sk, struct tv_sk *st)
+{
+	if (bpf_sk_storage_get(&tv_live, sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
+		st->live = 1;
+	else
+		tv_count(TV_ST_STORAGE_FAIL);
+}
+
+/* A hook saw the socket: the next look reads it. Per ACK this is an add and a test. */
+static __always_inline void tv_touch(void *sk, struct tv_sk *st)
+{
+	st->act++;
+	if (!st->live)
+		tv_join(sk, st);
+}
+
 static __always_inline struct tv_config *tv_config(void)
 {
 	__u32 zero = 0;
@@ -200,6 +250,25 @@ static __always_inline void tv_fill_hdr(struct tv_hdr *h, struct sock *sk, __u64
 		BPF_CORE_READ_INTO((__u32 *)h->t.laddr, sk, __sk_common.skc_rcv_saddr);
 		BPF_CORE_READ_INTO((__u32 *)h->t.raddr, sk, __sk_common.skc_daddr);
 	}
+}
+
+/* The local port as the socket had it: the kernel releases an ephemeral port before the state
+ * change to CLOSE (inet_put_port() in tcp_set_state()), so records from then on read 0. */
+static __always_inline void tv_fix_port(struct tv_hdr *h, struct tv_sk *st)
+{
+	if (!h->t.lport && st)
+		h->t.lport = st->lport;
+}
+
+/* What a look compares with: the socket as it is now (a baseline, nothing to report). */
+static __always_inline void tv_baseline(struct tv_sk *st, struct sock *sk, struct tcp_sock *tp)
+{
+	st->look_una = tp->snd_una;
+	st->look_rcv = tp->rcv_nxt;
+	st->look_copied = tp->copied_seq;
+	st->look_state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	st->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	st->looked = 1;
 }
 
 static __always_inline __u8 tv_ca_state_of(struct tcp_sock *tp)

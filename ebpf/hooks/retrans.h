@@ -35,6 +35,7 @@ static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *
 		tv_count(TV_ST_STORAGE_FAIL);
 		return 0;
 	}
+	tv_touch(sk, st);
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 	__u8 sacked = BPF_CORE_READ(cb, sacked);
 	__u32 seq = BPF_CORE_READ(cb, seq);
@@ -94,6 +95,7 @@ static __always_inline void tv_on_retrans_failed(struct bpf_sock_ops *skops, str
 		tv_count(TV_ST_STORAGE_FAIL);
 		return;
 	}
+	tv_touch(bsk, st);
 	__u16 segs = skops->args[1] ? skops->args[1] : 1;
 	st->retrans_segs += segs;
 	struct tv_retrans *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
@@ -145,6 +147,7 @@ int BPF_PROG(tv_mark_lost, struct sock *sk, struct sk_buff *skb)
 		tv_count(TV_ST_STORAGE_FAIL);
 		return 0;
 	}
+	tv_touch(sk, st);
 	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
 	if (!segs)
 		segs = 1;

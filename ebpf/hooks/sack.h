@@ -195,6 +195,7 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		tv_count(TV_ST_STORAGE_FAIL);
 		return 0;
 	}
+	tv_touch(sk, st);
 	/* Fast path for the common case: an unselected connection between bulk samples. */
 	__u64 jnow = bpf_jiffies64();
 	if (!st->selected && !st->pending && st->filter_gen == cfg->filter_gen && !cfg->ca_from_probe) {
@@ -332,6 +333,7 @@ int BPF_PROG(tv_sacktag_exit, struct sock *sk, const struct sk_buff *ack_skb, u3
 		tv_count(TV_ST_STORAGE_FAIL);
 		return 0;
 	}
+	tv_touch(sk, st);
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	__u64 now = bpf_ktime_get_ns();
 	__u64 jnow = bpf_jiffies64();

@@ -1,4 +1,5 @@
-/* snapshot.h: iter/tcp: one tv_snap per connection of the opener's network namespace. */
+/* snapshot.h: iter/tcp over the opener's network namespace: the start pass (or, where the look
+ * cannot load, a snapshot of every connection every period). */
 #ifndef TV_SNAPSHOT_H
 #define TV_SNAPSHOT_H
 
@@ -36,6 +37,28 @@ int tv_iter(struct bpf_iter__tcp *ctx)
 		if ((have & want) != want) {
 			int flags = have | want;
 			bpf_setsockopt(tp, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
+		}
+	}
+	struct tv_config *cfg = tv_config();
+	if (cfg && cfg->look && st) {
+		/* The start pass: what the look compares with from now on; the sockets with data
+		 * outstanding (a stop may be under way) and the selected ones join the live set; the
+		 * others are only reported to exist, in a state record. Run again on a retry (a full
+		 * page), everything here gives the same result. */
+		tv_baseline(st, sk, tp);
+		tv_refresh_selection(st, cfg, sk, cookie);
+		if ((st->selected || tp->write_seq != tp->snd_una) && !st->live)
+			tv_join(sk, st);
+		if (!st->selected) {
+			struct tv_state e = {};
+			tv_fill_hdr(&e.h, sk, cookie, TV_K_STATE, sizeof(e), now);
+			e.old_state = state;
+			e.new_state = state;
+			if (bpf_seq_write(ctx->meta->seq, &e, sizeof(e)))
+				tv_count(TV_ST_SEQ_WRITE_FAIL);
+			else
+				tv_count(TV_ST_EVENTS);
+			return 0;
 		}
 	}
 	__u32 zero = 0;

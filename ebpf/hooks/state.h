@@ -17,8 +17,13 @@ int BPF_PROG(tv_cong_state, struct sock *sk, const u8 ca_state)
 		return 0;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	__u8 old = tv_ca_state_of(tp);
-	if (st)
+	if (st) {
 		st->last_ca = ca_state;
+		/* Not for the Open -> Open of every accepted socket (tcp_ca_openreq_child()): an
+		 * idle connection must not join the live set. */
+		if (ca_state != old)
+			tv_touch(sk, st);
+	}
 	tv_emit_ca(sk, tp, bpf_get_socket_cookie(sk), old, ca_state, bpf_ktime_get_ns());
 	return 0;
 }
@@ -78,10 +83,12 @@ int tv_sockops(struct bpf_sock_ops *skops)
 	if (!tp)
 		return 1;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, bsk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (st)
+	if (st) {
 		st->rtos++;
-	else
+		tv_touch(bsk, st);
+	} else {
 		tv_count(TV_ST_STORAGE_FAIL);
+	}
 	tv_emit_rto((struct sock *)tp, tp, bpf_get_socket_cookie(skops), skops->args[0], skops->args[1]);
 	return 1;
 }
@@ -119,10 +126,12 @@ int BPF_PROG(tv_rto_timer, struct sock *sk)
 	if (!tp || !tv_rto_counts(sk, tp))
 		return 0;
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (st)
+	if (st) {
 		st->rtos++;
-	else
+		tv_touch(sk, st);
+	} else {
 		tv_count(TV_ST_STORAGE_FAIL);
+	}
 	tv_emit_rto(sk, tp, bpf_get_socket_cookie(sk), tp->inet_conn.icsk_retransmits, tp->inet_conn.icsk_rto);
 	return 0;
 }
@@ -183,19 +192,35 @@ int BPF_PROG(tv_set_state, const struct sock *csk, const int old, const int new)
 	if (new != TCP_ESTABLISHED && new != 7 /* TCP_CLOSE */ && old != TCP_ESTABLISHED)
 		return 0;
 	__u64 cookie = bpf_get_socket_cookie(sk);
-	if (old == TCP_ESTABLISHED) {
-		/* tcp_probe sees no ACK after this: the last one's blocks would wait forever. */
-		struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
-		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-		if (st && tp)
-			tv_flush_pending(sk, tp, st, cookie);
-	}
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	/* Every connection has its state from here on (older ones from the start pass): what the
+	 * look compares with, and the local port the records after CLOSE need. */
+	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, new == TCP_ESTABLISHED ? BPF_SK_STORAGE_GET_F_CREATE : 0);
+	if (new == TCP_ESTABLISHED && st && tp)
+		tv_baseline(st, sk, tp);
+	if (old == TCP_ESTABLISHED && st && tp)
+		tv_flush_pending(sk, tp, st, cookie); /* tcp_probe sees no ACK after this */
 	struct tv_state *e = bpf_ringbuf_reserve(&tv_events, sizeof(*e), 0);
 	if (!e) {
+		if (new == 7 /* TCP_CLOSE */) {
+			/* Kept for userspace to take at its next look: a close lost would leave the
+			 * connection open in the daemon's table for good. */
+			struct tv_state m = {};
+			tv_fill_hdr(&m.h, sk, cookie, TV_K_STATE, sizeof(m), bpf_ktime_get_ns());
+			tv_fix_port(&m.h, st);
+			m.old_state = old;
+			m.new_state = new;
+			if (!bpf_map_update_elem(&tv_missed, &cookie, &m, BPF_ANY)) {
+				tv_count(TV_ST_EVENTS);
+				return 0;
+			}
+			tv_count(TV_ST_MISSED_FULL);
+		}
 		tv_count(TV_ST_RB_FULL);
 		return 0;
 	}
 	tv_fill_hdr(&e->h, sk, cookie, TV_K_STATE, sizeof(*e), bpf_ktime_get_ns());
+	tv_fix_port(&e->h, st);
 	e->old_state = old;
 	e->new_state = new;
 	__builtin_memset(e->_pad, 0, sizeof(e->_pad));
@@ -220,6 +245,7 @@ int BPF_PROG(tv_destroy, struct sock *sk)
 	}
 	struct tv_sk *st = bpf_sk_storage_get(&tv_socks, sk, 0, 0);
 	tv_fill_hdr(&s->h, sk, bpf_get_socket_cookie(sk), TV_K_CLOSE, sizeof(*s), bpf_ktime_get_ns());
+	tv_fix_port(&s->h, st);
 	tv_fill_snap(s, tp, st);
 	tv_submit(s);
 	tv_count(TV_ST_EVENTS);

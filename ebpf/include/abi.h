@@ -3,23 +3,24 @@
 #define TCPVIGIL_ABI_H
 
 /* Bumped whenever a struct below changes shape; userspace refuses a mismatch. */
-enum tv_abi { TV_ABI_VERSION = 3 };
+enum tv_abi { TV_ABI_VERSION = 4 };
 #define TV_MAX_SACK 4
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
 #define TV_MAX_FILTERS 8
 #define TV_MAX_PHASE 4096 /* connections whose rounds are reported (tv_phase) */
 
-/* Record kinds. Ring-buffer records start with struct tv_hdr; snapshots come
- * from the iter/tcp program through bpf_seq_write. */
+/* Record kinds. Ring-buffer records start with struct tv_hdr; snapshots come from the iterators
+ * (the look over the live set, the pass over every namespace at start) through bpf_seq_write. */
 enum tv_kind {
 	TV_K_SAMPLE = 1,   /* scoreboard after an ACK was processed */
 	TV_K_RETRANS = 2,  /* one retransmitted skb */
 	TV_K_CA_STATE = 3, /* congestion-avoidance state change */
 	TV_K_RTO = 4,      /* retransmission timeout fired */
-	TV_K_STATE = 5,    /* TCP state change (lifecycle) */
+	TV_K_STATE = 5,    /* TCP state change (lifecycle); from the start pass, a socket older than
+			    * the agent found in new_state (old_state == new_state) */
 	TV_K_CLOSE = 6,    /* socket destroyed: final counters (body is tv_snap) */
-	TV_K_SNAPSHOT = 7, /* iter/tcp record (body is tv_snap) */
+	TV_K_SNAPSHOT = 7, /* iterator record (body is tv_snap) */
 	TV_K_OWNER = 8,    /* process that first sent on the connection */
 	TV_K_LOST_RTX = 9, /* a retransmission was marked lost again (exact, fentry; body tv_retrans) */
 };
@@ -66,7 +67,10 @@ enum tv_stat {
 	TV_ST_OPT_READ_FAIL,   /* TCP options could not be read */
 	TV_ST_SEQ_WRITE_FAIL,  /* iterator record could not be written */
 	TV_ST_SAMPLES,         /* samples emitted */
-	TV_ST_EVENTS,          /* other ring-buffer records emitted */
+	TV_ST_EVENTS,          /* other records handed over: ring buffer, start-pass state records,
+				* closes kept in tv_missed (snapshots are not counted) */
+	TV_ST_LOOKED,          /* sockets a look visited (the live set, summed over looks) */
+	TV_ST_MISSED_FULL,     /* a close the ring buffer refused could not be kept for a retry */
 	TV_ST_MAX,
 };
 
@@ -278,6 +282,10 @@ struct tv_config {
 	__u32 rto_fentry;       /* 1: fentry/tcp_retransmit_timer reports RTOs, not sockops */
 	__u32 phase_min_srtt_us; /* rounds of tv_phase members are reported once srtt reaches this
 				  * (0: none); shorter paths would cost a record per few ACKs */
+	__u32 look;             /* 1: snapshots come from the look over the live set; iter/tcp runs
+				 * once, at start, and reports sockets as TV_K_STATE records */
+	__u32 live_quiet_ms;    /* a socket quiet this long (nothing sent, acknowledged, received or
+				 * read, nothing outstanding) leaves the live set */
 };
 
 #endif

@@ -57,7 +57,7 @@ mod tests {
         assert_eq!(size_of::<tv_state>(), 72);
         assert_eq!(size_of::<tv_owner>(), 96);
         assert_eq!(size_of::<tv_snap>() % 8, 0);
-        assert_eq!(ABI_VERSION, 3);
+        assert_eq!(ABI_VERSION, 4);
     }
 
     /// The #defines of abi.h that BTF does not carry.

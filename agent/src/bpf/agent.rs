@@ -1,4 +1,4 @@
-//! The BPF thread: loads, attaches, polls the ring buffer, takes snapshots per netns.
+//! The BPF thread: loads, attaches, polls the ring buffer, looks at the live set.
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -17,7 +17,6 @@ use super::decode::decode;
 use super::load::{load, set_phase, set_selection, Settings};
 use super::netns;
 use super::runstats::{Raw, RunStats};
-use super::tuples::Tuples;
 use super::variants::{prog_ref, Variants};
 use crate::model::filter::Rule;
 use crate::model::Event;
@@ -32,10 +31,17 @@ pub struct Counters {
     /// Records read from the ring buffer (decoded or not): with `ringbuf_full` what the programs
     /// produced, once the programs are detached and the buffer drained (at stop).
     pub ring_records: AtomicU64,
+    /// Iterator reads: one per look, one per namespace walked.
     pub snapshots: AtomicU64,
-    /// Nanoseconds the last snapshot pass over every network namespace took.
+    /// Nanoseconds the last snapshot pass took (a look, or a walk of every namespace).
     pub snapshot_ns: AtomicU64,
+    /// Network namespaces the last pass walked: every one at start, then none while the look
+    /// runs (every one, every period, where it cannot load).
     pub netns: AtomicU64,
+    /// Snapshot passes taken (the start pass included).
+    pub passes: AtomicU64,
+    /// Records the last pass handed over.
+    pub pass_records: AtomicU64,
     /// Kernel-side counters (enum tv_stat), summed over CPUs.
     pub kernel: Mutex<Vec<u64>>,
     /// Per program: (label, run time ns, runs, recursion misses). Time and runs are estimates from
@@ -43,8 +49,17 @@ pub struct Counters {
     pub prog_stats: Mutex<Vec<(String, u64, u64, u64)>>,
 }
 
-pub const KERNEL_STAT_NAMES: [&str; 7] =
-    ["ringbuf_full", "storage_fail", "rtx_map_full", "opt_read_fail", "seq_write_fail", "samples", "events"];
+pub const KERNEL_STAT_NAMES: [&str; 9] = [
+    "ringbuf_full",
+    "storage_fail",
+    "rtx_map_full",
+    "opt_read_fail",
+    "seq_write_fail",
+    "samples",
+    "events",
+    "looked",
+    "missed_full",
+];
 
 /// What the BPF thread hands to the daemon, in order.
 #[derive(Debug)]
@@ -57,6 +72,11 @@ pub enum Msg {
 
 /// Extra snapshots asked for by detectors are at least this far apart.
 const SNAPSHOT_GAP: Duration = Duration::from_millis(100);
+/// Records of a pass wait for the daemon rather than being dropped (the agent pulls them, so it
+/// can wait) once this many are in the channel: the start pass alone is one record per socket.
+const PACE: usize = 4096;
+/// How long one pass waits in all for room in the channel before it drops what does not fit.
+const PACE_WAIT: Duration = Duration::from_secs(5);
 
 enum Ctl {
     Select {
@@ -112,8 +132,9 @@ impl Agent {
         let _ = self.ctl.send(Ctl::Select { all, rules });
     }
 
-    /// Take a snapshot of every connection soon (within the ring-buffer poll period, and at most
-    /// one extra per 100 ms), rather than at the next snapshot period.
+    /// Look at the live set soon (within the ring-buffer poll period, and at most one extra per
+    /// 100 ms), rather than at the next snapshot period: every connection with data outstanding
+    /// is in it.
     pub fn snapshot_soon(&self) {
         let _ = self.ctl.send(Ctl::Snapshot);
     }
@@ -171,18 +192,29 @@ fn bpf_thread(
     ready: &std_mpsc::Sender<Result<()>>,
 ) -> Result<()> {
     let mut run_stats = RunStats::new(bpf_stats, Instant::now());
+    crate::heap::fixed_thresholds();
     let mut storage = MaybeUninit::uninit();
     let mut loaded = load(&mut storage, &variants, &settings)?;
     let own_ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening own network namespace")?;
 
-    // Events after an abort or close lost their local port in the kernel; give it back.
-    let tuples = std::cell::RefCell::new(Tuples::new(1 << 16));
-    let push = |mut ev: Event, c: &Counters| {
-        tuples.borrow_mut().fix(&mut ev);
+    let push = |ev: Event, c: &Counters| {
         c.events.fetch_add(1, Ordering::Relaxed);
         if tx.try_send(Msg::Event(ev)).is_err() {
             c.channel_dropped.fetch_add(1, Ordering::Relaxed);
         }
+    };
+    // A pass's records wait for room in the channel (see PACE), PACE_WAIT at most per pass.
+    let waited = std::cell::Cell::new(Duration::ZERO);
+    let paced = |ev: Event, c: &Counters| {
+        while tx.max_capacity() - tx.capacity() >= PACE
+            && !tx.is_closed()
+            && !stop.load(Ordering::Relaxed)
+            && waited.get() < PACE_WAIT
+        {
+            std::thread::sleep(Duration::from_millis(1));
+            waited.set(waited.get() + Duration::from_millis(1));
+        }
+        push(ev, c)
     };
     let rb = {
         let c = counters.clone();
@@ -201,7 +233,16 @@ fn bpf_thread(
         b.build()?
     };
     let _ = ready.send(Ok(()));
+    // Loading parsed the kernel's BTF (megabytes, once per trial load too) and freed it: hand the
+    // pages back, or the RSS keeps them for good.
+    crate::heap::give_back();
 
+    // Sockets older than the agent: every namespace once, with the look; else every period.
+    let look = loaded.look_link.is_some();
+    if let (true, Some(iter)) = (look, &loaded.iter_link) {
+        pass(&counters, || walk(iter, &own_ns, &counters, &paced));
+        crate::heap::give_back();
+    }
     let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));
     let mut next_snap = Instant::now();
     let mut last_snap = next_snap;
@@ -236,9 +277,13 @@ fn bpf_thread(
         if Instant::now() >= next_snap {
             last_snap = Instant::now();
             next_snap = last_snap + snap_every;
-            let t = Instant::now();
-            snapshot_all(&loaded.iter_link, &own_ns, &counters, &push);
-            counters.snapshot_ns.store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            waited.set(Duration::ZERO);
+            match (&loaded.look_link, &loaded.iter_link) {
+                (Some(l), _) => pass(&counters, || look_at(l, &counters, &paced)),
+                (None, Some(i)) => pass(&counters, || walk(i, &own_ns, &counters, &paced)),
+                (None, None) => {}
+            }
+            take_missed(&loaded.skel, &counters, &paced);
             read_kernel_stats(&loaded.skel, &counters);
             read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
         }
@@ -247,6 +292,7 @@ fn bpf_thread(
     // counted as refused by a full buffer, so produced = read + ringbuf_full exactly.
     loaded.links.clear();
     let _ = rb.consume();
+    take_missed(&loaded.skel, &counters, &push);
     read_kernel_stats(&loaded.skel, &counters);
     read_prog_stats(&loaded.skel, &progs, &counters, &run_stats);
     drop(rb);
@@ -292,16 +338,90 @@ fn read_kernel_stats(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters) {
     }
 }
 
-/// One iterator pass per network namespace: the iterator sees only the opener's namespace.
+/// Time one pass and count what it handed over; `run` returns (records, namespaces walked).
+fn pass(c: &Counters, run: impl FnOnce() -> (u64, u64)) {
+    let t = Instant::now();
+    let (records, netns) = run();
+    c.snapshot_ns.store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    c.passes.fetch_add(1, Ordering::Relaxed);
+    c.pass_records.store(records, Ordering::Relaxed);
+    c.netns.store(netns, Ordering::Relaxed);
+}
+
+/// Read one iterator to its end, handing over each record as it comes (records are whole in the
+/// kernel's output but a read may end inside one: the rest waits for the next read). The buffer
+/// is bounded whatever the number of records. Returns how many were handed over.
+fn read_records(link: &libbpf_rs::Link, c: &Counters, push: &dyn Fn(Event, &Counters)) -> u64 {
+    const HDR: usize = std::mem::size_of::<super::abi::tv_hdr>();
+    let Ok(mut it) = libbpf_rs::Iter::new(link) else { return 0 };
+    c.snapshots.fetch_add(1, Ordering::Relaxed);
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut have, mut n) = (0usize, 0u64);
+    loop {
+        let got = match std::io::Read::read(&mut it, &mut buf[have..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => k,
+        };
+        have += got;
+        let mut at = 0;
+        while have - at >= HDR {
+            let size = u16::from_ne_bytes([buf[at + 2], buf[at + 3]]) as usize;
+            if size < HDR || size > buf.len() {
+                // Not a record boundary: nothing after it can be trusted.
+                c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                return n;
+            }
+            if have - at < size {
+                break;
+            }
+            match decode(&buf[at..at + size]) {
+                Ok(ev) => {
+                    push(ev, c);
+                    n += 1;
+                }
+                Err(_) => {
+                    c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            at += size;
+        }
+        buf.copy_within(at..have, 0);
+        have -= at;
+    }
+    n
+}
+
+/// The look: one read of the iterator over the live set, whatever the number of namespaces.
+fn look_at(link: &libbpf_rs::Link, c: &Counters, push: &dyn Fn(Event, &Counters)) -> (u64, u64) {
+    (read_records(link, c, push), 0)
+}
+
+/// Closes the ring buffer had no room for (kept in tv_missed by the kernel), handed over now.
+fn take_missed(skel: &super::skel::TcpvigilSkel<'_>, c: &Counters, push: &dyn Fn(Event, &Counters)) {
+    let keys: Vec<Vec<u8>> = skel.maps.tv_missed.keys().take(4096).collect();
+    for k in keys {
+        if let Ok(Some(v)) = skel.maps.tv_missed.lookup(&k, MapFlags::ANY) {
+            match decode(&v) {
+                Ok(ev) => push(ev, c),
+                Err(_) => {
+                    c.decode_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let _ = skel.maps.tv_missed.delete(&k);
+    }
+}
+
+/// One iterator read per network namespace: iter/tcp sees only the opener's namespace.
 /// The agent's own namespace is walked where it stands; entering the others needs CAP_SYS_ADMIN,
 /// and without it (a container given BPF, PERFMON and NET_ADMIN only) they are skipped quietly.
-fn snapshot_all(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push: &dyn Fn(Event, &Counters)) {
+/// Returns (records, namespaces walked).
+fn walk(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push: &dyn Fn(Event, &Counters)) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let all = netns::list();
-    c.netns.store(all.len() as u64, Ordering::Relaxed);
-    let size = std::mem::size_of::<super::abi::tv_snap>();
     let own_id = own.metadata().ok().map(|m| (m.dev(), m.ino()));
     let mut moved = false;
+    let (mut records, mut walked) = (0, 0);
     for path in all.values() {
         let Ok(f) = std::fs::File::open(path) else { continue };
         let here = own_id.is_some() && f.metadata().ok().map(|m| (m.dev(), m.ino())) == own_id;
@@ -316,23 +436,13 @@ fn snapshot_all(link: &libbpf_rs::Link, own: &std::fs::File, c: &Counters, push:
             }
             moved = true;
         }
-        let mut buf = Vec::new();
-        if let Ok(mut it) = libbpf_rs::Iter::new(link) {
-            let _ = std::io::Read::read_to_end(&mut it, &mut buf);
-        }
-        for chunk in buf.chunks_exact(size) {
-            match decode(chunk) {
-                Ok(ev) => push(ev, c),
-                Err(_) => {
-                    c.decode_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        c.snapshots.fetch_add(1, Ordering::Relaxed);
+        records += read_records(link, c, push);
+        walked += 1;
     }
     if moved {
         if let Err(e) = setns(own.as_fd(), CloneFlags::CLONE_NEWNET) {
             tracing::error!("returning to the agent's own network namespace failed: {e}");
         }
     }
+    (records, walked)
 }

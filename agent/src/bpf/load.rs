@@ -10,7 +10,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::abi::{as_bytes, tv_config, tv_filter, tv_match};
 use super::skel::{TcpvigilSkel, TcpvigilSkelBuilder};
-use super::variants::{prog_ref, reason, take_libbpf_log, Prog, Variants, ALL};
+use super::variants::{attach_look, prog_ref, reason, take_libbpf_log, Prog, Variants, ALL};
 use crate::model::filter::Rule;
 
 /// What the kernel side is told before it starts.
@@ -83,10 +83,18 @@ pub fn cgroup2_root() -> Result<PathBuf> {
 pub struct Loaded<'obj> {
     pub skel: TcpvigilSkel<'obj>,
     pub links: Vec<Link>,
-    pub iter_link: Link,
+    /// iter/tcp: the start pass, or (without the look) every snapshot pass, per namespace.
+    pub iter_link: Option<Link>,
+    /// The look at the live set (iter/bpf_sk_storage_map over tv_live).
+    pub look_link: Option<Link>,
     pub cfg: tv_config,
 }
 
+/// A socket quiet this long leaves the live set (tv_config.live_quiet_ms): a few looks, so a
+/// connection that pauses between requests is not taken out and put back every time.
+pub const LIVE_QUIET_MS: u32 = 5000;
+
+/// The look's iterator link: the program over the live-set map.
 fn rule_to_filter(r: &Rule) -> tv_filter {
     let mut f = tv_filter::default();
     let put = |addr: std::net::IpAddr, out: &mut [u8; 16]| -> u16 {
@@ -190,6 +198,8 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
         ca_from_probe: (!v.uses(Prog::CongState)) as u32,
         exact_lost_rtx: v.uses(Prog::MarkLost) as u32,
         rto_fentry: v.uses(Prog::RtoTimer) as u32,
+        look: v.uses(Prog::Look) as u32,
+        live_quiet_ms: LIVE_QUIET_MS,
         ..Default::default()
     };
     set_selection(&skel, &mut cfg, s.select_all, &s.rules)?;
@@ -212,7 +222,16 @@ pub fn load<'obj>(storage: &'obj mut MaybeUninit<OpenObject>, v: &Variants, s: &
         let l = attach.map_err(|err| LoadError::Attach { what, err })?;
         links.push(l);
     }
-    let attach = skel.progs.tv_iter.attach();
-    let iter_link = attach.map_err(|err| LoadError::Attach { what: "iter/tcp".into(), err })?;
-    Ok(Loaded { skel, links, iter_link, cfg })
+    let iter_link = match chosen.contains(&Prog::Iter) {
+        true => Some(skel.progs.tv_iter.attach().map_err(|err| LoadError::Attach { what: "iter/tcp".into(), err })?),
+        false => None,
+    };
+    let look_link = match chosen.contains(&Prog::Look) {
+        true => Some(
+            attach_look(&skel)
+                .map_err(|err| LoadError::Attach { what: "the look (iter/bpf_sk_storage_map)".into(), err })?,
+        ),
+        false => None,
+    };
+    Ok(Loaded { skel, links, iter_link, look_link, cfg })
 }

@@ -7,7 +7,6 @@ pub mod load;
 pub mod netns;
 pub mod preowners;
 pub mod runstats;
-pub mod tuples;
 pub mod variants;
 
 pub mod skel {

@@ -1,4 +1,4 @@
-//! Find every network namespace on the host (processes' and named ones) to snapshot each.
+//! Find every network namespace on the host (processes' and named ones) to walk each with iter/tcp.
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;

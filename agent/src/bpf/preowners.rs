@@ -1,5 +1,7 @@
 //! Owners of sockets older than the daemon (its programs saw no connect() or listen() for them), read once from /proc at start-up.
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::BufRead;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
@@ -21,73 +23,101 @@ pub struct ProcSock {
 
 /// Sockets that existed when the daemon started, by where they are: connections by their tuple,
 /// listeners by their port (a connection accepted later from an old listener is its process's).
+/// Bounded: 16 bytes per connection (a hash of its tuple and the index of its owner), each owner
+/// kept once however many sockets it holds.
 #[derive(Debug, Default)]
 pub struct PreOwners {
-    conns: HashMap<(u32, SocketAddr, SocketAddr), Process>,
-    listeners: HashMap<(u32, u16), Vec<(IpAddr, Process)>>,
+    conns: HashMap<u64, u32>,
+    listeners: HashMap<(u32, u16), Vec<(IpAddr, u32)>>,
+    owners: Vec<Process>,
+    by_pid: HashMap<u32, u32>,
+}
+
+/// A connection's place: its namespace and both ends (IPv4-mapped addresses as IPv4). Hashed with
+/// fixed keys: two connections of one host colliding in 64 bits is not to be expected.
+fn key(ns: u32, local: SocketAddr, remote: SocketAddr) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (ns, canonical(local), canonical(remote)).hash(&mut h);
+    h.finish()
 }
 
 impl PreOwners {
-    /// Reads every process's socket descriptors and its namespace's TCP table (each namespace once).
-    /// What cannot be read (a process gone meanwhile, no /proc) is skipped: attribution is best effort.
+    /// Reads every process's socket descriptors and its namespace's TCP table (each namespace once,
+    /// line by line). What cannot be read (a process gone meanwhile, no /proc) is skipped:
+    /// attribution is best effort.
     pub fn scan(proc_root: &Path) -> PreOwners {
+        let Ok(dir) = std::fs::read_dir(proc_root) else { return PreOwners::default() };
+        let pids: Vec<u32> = dir.flatten().filter_map(|d| d.file_name().to_str()?.parse().ok()).collect();
+        // The descriptors of 100,000 sockets take most of the time: processes split among threads.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+        let parts: Vec<Vec<(u64, u32, u32)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = pids
+                .chunks(pids.len().div_ceil(threads).max(1))
+                .map(|chunk| s.spawn(move || chunk.iter().flat_map(|&pid| sockets_of(proc_root, pid)).collect()))
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
         let mut by_inode: HashMap<u64, (u32, u32)> = HashMap::new(); // socket inode -> (pid, netns)
         let mut netns_pid: HashMap<u32, u32> = HashMap::new();
-        let Ok(dir) = std::fs::read_dir(proc_root) else { return PreOwners::default() };
-        for d in dir.flatten() {
-            let Some(pid) = d.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Some(ns) =
-                std::fs::read_link(d.path().join("ns/net")).ok().and_then(|l| ns_inode(&l.to_string_lossy()))
-            else {
-                continue;
-            };
-            let Ok(fds) = std::fs::read_dir(d.path().join("fd")) else { continue };
-            let mut any = false;
-            for fd in fds.flatten() {
-                if let Some(ino) = std::fs::read_link(fd.path()).ok().and_then(|l| socket_inode(&l.to_string_lossy())) {
-                    by_inode.entry(ino).or_insert((pid, ns));
-                    any = true;
-                }
-            }
-            if any {
-                netns_pid.entry(ns).or_insert(pid);
-            }
+        for (ino, pid, ns) in parts.into_iter().flatten() {
+            by_inode.entry(ino).or_insert((pid, ns));
+            netns_pid.entry(ns).or_insert(pid);
         }
-        let mut comms: HashMap<u32, String> = HashMap::new();
         let mut out = PreOwners::default();
+        let mut line = String::new();
         for (&ns, &pid) in &netns_pid {
             for file in ["tcp", "tcp6"] {
-                let text =
-                    std::fs::read_to_string(proc_root.join(pid.to_string()).join("net").join(file)).unwrap_or_default();
-                for s in text.lines().skip(1).filter_map(parse_line) {
+                let path = proc_root.join(pid.to_string()).join("net").join(file);
+                let Ok(f) = std::fs::File::open(path) else { continue };
+                let mut r = std::io::BufReader::new(f);
+                line.clear();
+                let _ = r.read_line(&mut line); // the header
+                loop {
+                    line.clear();
+                    if !matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                        break;
+                    }
+                    let Some(s) = parse_line(&line) else { continue };
                     let Some(&(owner_pid, owner_ns)) = by_inode.get(&s.inode) else { continue };
                     if owner_ns != ns {
                         continue;
                     }
-                    let comm = comms
-                        .entry(owner_pid)
-                        .or_insert_with(|| {
-                            std::fs::read_to_string(proc_root.join(owner_pid.to_string()).join("comm"))
-                                .map(|c| c.trim_end().to_string())
-                                .unwrap_or_default()
-                        })
-                        .clone();
-                    out.add(ns, &s, Process { pid: owner_pid, uid: s.uid, cgroup_id: 0, comm });
+                    let id = out.owner_id(proc_root, owner_pid, s.uid);
+                    out.add_id(ns, &s, id);
                 }
             }
         }
+        out.by_pid = HashMap::new();
         out
+    }
+
+    /// The index of a process's owner record, read from /proc once per process.
+    fn owner_id(&mut self, proc_root: &Path, pid: u32, uid: u32) -> u32 {
+        if let Some(&i) = self.by_pid.get(&pid) {
+            return i;
+        }
+        let comm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default();
+        self.owners.push(Process { pid, uid, cgroup_id: 0, comm });
+        let i = self.owners.len() as u32 - 1;
+        self.by_pid.insert(pid, i);
+        i
     }
 
     /// Adds one socket of namespace `ns`.
     pub fn add(&mut self, ns: u32, s: &ProcSock, owner: Process) {
+        self.owners.push(owner);
+        let id = self.owners.len() as u32 - 1;
+        self.add_id(ns, s, id);
+    }
+
+    fn add_id(&mut self, ns: u32, s: &ProcSock, id: u32) {
         match s.state {
             ESTABLISHED => {
-                self.conns.insert((ns, canonical(s.local), canonical(s.remote)), owner);
+                self.conns.insert(key(ns, s.local, s.remote), id);
             }
-            LISTEN => {
-                self.listeners.entry((ns, s.local.port())).or_default().push((s.local.ip().to_canonical(), owner))
-            }
+            LISTEN => self.listeners.entry((ns, s.local.port())).or_default().push((s.local.ip().to_canonical(), id)),
             _ => {}
         }
     }
@@ -101,15 +131,36 @@ impl PreOwners {
     /// start-up, or the one listening on its local address then (the most specific address first).
     pub fn owner_of(&self, id: &ConnId) -> Option<Process> {
         let (local, remote) = (canonical(id.tuple.local), canonical(id.tuple.remote));
-        if let Some(o) = self.conns.get(&(id.netns, local, remote)) {
-            return Some(o.clone());
+        if let Some(&i) = self.conns.get(&key(id.netns, local, remote)) {
+            return self.owners.get(i as usize).cloned();
         }
         let l = self.listeners.get(&(id.netns, local.port()))?;
         l.iter()
             .find(|(ip, _)| *ip == local.ip())
             .or_else(|| l.iter().find(|(ip, _)| ip.is_unspecified()))
-            .map(|(_, o)| o.clone())
+            .and_then(|(_, i)| self.owners.get(*i as usize).cloned())
     }
+}
+
+/// (socket inode, pid, netns) of every socket descriptor of one process (none if it is gone).
+fn sockets_of(proc_root: &Path, pid: u32) -> Vec<(u64, u32, u32)> {
+    let dir = proc_root.join(pid.to_string());
+    let Some(ns) = std::fs::read_link(dir.join("ns/net")).ok().and_then(|l| ns_inode(&l.to_string_lossy())) else {
+        return Vec::new();
+    };
+    let fd_dir = dir.join("fd");
+    let (Ok(d), Ok(entries)) = (std::fs::File::open(&fd_dir), std::fs::read_dir(&fd_dir)) else { return Vec::new() };
+    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&d);
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        // Relative to the open directory: no path is built per descriptor.
+        if let Ok(l) = nix::fcntl::readlinkat(Some(dirfd), e.file_name().as_os_str()) {
+            if let Some(ino) = socket_inode(&l.to_string_lossy()) {
+                out.push((ino, pid, ns));
+            }
+        }
+    }
+    out
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is (a dual-stack socket's view).
@@ -129,17 +180,13 @@ fn socket_inode(link: &str) -> Option<u64> {
 
 /// One data line of /proc/net/tcp{,6}: `sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...`.
 pub fn parse_line(line: &str) -> Option<ProcSock> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() < 10 {
-        return None;
-    }
-    Some(ProcSock {
-        local: parse_addr(f[1])?,
-        remote: parse_addr(f[2])?,
-        state: u8::from_str_radix(f[3], 16).ok()?,
-        uid: f[7].parse().ok()?,
-        inode: f[9].parse().ok()?,
-    })
+    let mut f = line.split_whitespace();
+    let local = parse_addr(f.nth(1)?)?;
+    let remote = parse_addr(f.next()?)?;
+    let state = u8::from_str_radix(f.next()?, 16).ok()?;
+    let uid = f.nth(3)?.parse().ok()?;
+    let inode = f.nth(1)?.parse().ok()?;
+    Some(ProcSock { local, remote, state, uid, inode })
 }
 
 /// `0100007F:1F90` (IPv4) or 32 hex digits:port (IPv6): each 32-bit word in the kernel's (little-endian) byte order.

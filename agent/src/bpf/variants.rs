@@ -23,7 +23,14 @@ pub fn prog_ref<'a, 'b>(skel: &'a TcpvigilSkel<'b>, p: Prog) -> &'a ProgramMut<'
         Prog::SetState => &s.tv_set_state,
         Prog::Destroy => &s.tv_destroy,
         Prog::Iter => &s.tv_iter,
+        Prog::Look => &s.tv_look,
     }
+}
+
+/// The look iterates the live-set map: its link is made with that map.
+pub fn attach_look(skel: &TcpvigilSkel<'_>) -> libbpf_rs::Result<libbpf_rs::Link> {
+    use std::os::fd::AsFd;
+    skel.progs.tv_look.attach_iter(skel.maps.tv_live.as_fd())
 }
 
 /// Every program in the object.
@@ -40,9 +47,10 @@ pub enum Prog {
     SetState,
     Destroy,
     Iter,
+    Look,
 }
 
-pub const ALL: [Prog; 11] = [
+pub const ALL: [Prog; 12] = [
     Prog::TcpProbe,
     Prog::SacktagExit,
     Prog::RetransV2,
@@ -54,6 +62,7 @@ pub const ALL: [Prog; 11] = [
     Prog::SetState,
     Prog::Destroy,
     Prog::Iter,
+    Prog::Look,
 ];
 
 impl Prog {
@@ -71,12 +80,13 @@ impl Prog {
             Prog::SetState => "tp_btf/inet_sock_set_state",
             Prog::Destroy => "tp_btf/tcp_destroy_sock",
             Prog::Iter => "iter/tcp",
+            Prog::Look => "iter/bpf_sk_storage_map (live set)",
         }
     }
 
     /// Attached by `attach()` on its own (sockops needs a cgroup, the iterator is read on demand).
     pub fn auto_attach(self) -> bool {
-        !matches!(self, Prog::Sockops | Prog::Iter)
+        !matches!(self, Prog::Sockops | Prog::Iter | Prog::Look)
     }
 
     pub fn of<'a, 'b>(self, open: &'a mut OpenTcpvigilSkel<'b>) -> &'a mut OpenProgramMut<'b> {
@@ -93,6 +103,7 @@ impl Prog {
             Prog::SetState => &mut p.tv_set_state,
             Prog::Destroy => &mut p.tv_destroy,
             Prog::Iter => &mut p.tv_iter,
+            Prog::Look => &mut p.tv_look,
         }
     }
 }
@@ -176,10 +187,18 @@ pub const NEEDS: &[Need] = &[
     },
     Need {
         name: "snapshot",
-        what: "queues, chrono stats, options (iter/tcp per netns)",
+        what: "queues, chrono stats, options of the connections that move (a look at the live set)",
         essential: true,
-        candidates: &[Prog::Iter],
+        // The fallback walks every socket of every network namespace each period.
+        candidates: &[Prog::Look, Prog::Iter],
         otherwise: None,
+    },
+    Need {
+        name: "start",
+        what: "sockets older than the agent: callbacks asked for, existence (once, per netns)",
+        essential: false,
+        candidates: &[Prog::Iter],
+        otherwise: Some("none: older sockets are known once they move, and get no RTO callbacks"),
     },
 ];
 
@@ -215,8 +234,12 @@ impl Variants {
 
     /// Programs to load: the chosen ones.
     pub fn progs(&self) -> Vec<Prog> {
-        let mut v: Vec<Prog> = self.choices.iter().filter_map(|c| c.prog).collect();
-        v.dedup();
+        let mut v: Vec<Prog> = Vec::new();
+        for p in self.choices.iter().filter_map(|c| c.prog) {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
         v
     }
 
@@ -321,6 +344,10 @@ pub fn trial(prog: Prog) -> Result<(), TrialError> {
     if prog.auto_attach() {
         let p = prog_ref(&skel, prog);
         let link = p.attach().map_err(|e| TrialError::Attach(reason(&e, &take_libbpf_log())))?;
+        drop(link);
+    }
+    if prog == Prog::Look {
+        let link = attach_look(&skel).map_err(|e| TrialError::Attach(reason(&e, &take_libbpf_log())))?;
         drop(link);
     }
     Ok(())

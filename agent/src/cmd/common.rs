@@ -125,16 +125,6 @@ pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
     Ok(variants)
 }
 
-/// After a churn of connections: hand freed heap pages back to the system (glibc keeps them
-/// otherwise, and the RSS stays at its peak for good).
-pub fn give_back_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps; no pointer passes.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Raise the soft open-file limit towards `want` (within the hard limit): the web endpoint alone
 /// may hold MAX_CONNS sockets, beyond the usual soft limit of 1024 with the daemon's own files.
 pub fn raise_nofile(want: u64) {

@@ -192,7 +192,7 @@ async fn daemon(
             _ = refresh.tick() => {
                 out.refresh(pipe.table(), health(&agent));
                 if pipe.reap(mono_now_ns().saturating_sub(10_000_000_000)) >= 1000 {
-                    give_back_memory();
+                    tcpvigil::heap::give_back();
                 }
             }
             _ = hup.recv() => {

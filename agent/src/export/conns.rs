@@ -225,7 +225,7 @@ impl ConnMetrics {
         self.f.in_flight.get_or_create(&o).set(sum.in_flight);
         self.f.delivery.get_or_create(&o).set(sum.delivery);
         self.f.goodput.get_or_create(&o).set(sum.goodput);
-        self.f.tracked.set(tracked);
+        self.f.tracked.set(tracked + table.known() as i64);
         self.f.bulk.set(bulk);
         self.f.overflow.set(rest.len() as i64);
         self.shown = now;

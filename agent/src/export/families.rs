@@ -165,7 +165,7 @@ families! {
         recorder_memory: Gauge => "recorder_memory" [Unit::Bytes], "Memory the flight recorder's per-connection histories hold";
         recorder_conns: Gauge => "recorder_connections", "Connections with a flight-recorder history";
         snapshot_duration: GaugeF => "snapshot_duration" [Unit::Seconds],
-            "Time the last snapshot pass (iter/tcp over every network namespace) took";
+            "Time the last snapshot pass (a look at the connections that moved lately) took";
         build_info: Family<VersionLabels, Gauge> => "build_info", "Agent version (always 1)",
             fixed [VersionLabels::this_build()];
         variants: Family<VariantLabels, Gauge> => "hook_variant_info", "Hook variant in use for each need (always 1)";

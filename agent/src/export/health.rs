@@ -80,7 +80,7 @@ pub struct Health {
     /// Findings the events writer could not write (see `EventsWriter::errors`).
     pub events_write_errors: u64,
     pub recorder: RecorderHealth,
-    /// How long the last snapshot pass over every network namespace took, seconds.
+    /// How long the last snapshot pass (a look at the live set) took, seconds.
     pub snapshot_seconds: f64,
 }
 

@@ -241,7 +241,7 @@ impl Metrics {
     /// second) with the table after applying events and the latest agent health.
     pub fn refresh(&mut self, table: &ConnTable, health: &Health) {
         // Findings of connections that closed (or were reaped) without an end report.
-        let live = |cookie: &u64| table.get(*cookie).is_some_and(|e| !e.closed);
+        let live = |cookie: &u64| table.is_open(*cookie);
         let (ns, nl) = (self.open_stops.len(), self.open_limits.len());
         self.open_stops.retain(|(c, _), _| live(c));
         self.open_limits.retain(|(c, _)| live(c));

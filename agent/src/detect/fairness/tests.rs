@@ -197,6 +197,7 @@ fn rules_choose_the_group_key() {
     });
     let mut t = ConnTable::new(false);
     t.apply(&Event { ts_ns: 1, conn: conn(1), body: Body::Process(Process { pid: 7, ..Default::default() }) });
+    t.apply(&Event { ts_ns: 2, conn: conn(1), body: Body::Snapshot(Default::default()) });
     let e = t.get(1).unwrap();
     assert_eq!(group_key(&cfg, e), "remote=10.0.0.2");
     assert_eq!(group_key(&FairnessConfig::default(), e), "pid=7,remote=10.0.0.2");

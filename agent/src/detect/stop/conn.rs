@@ -156,6 +156,8 @@ impl Conn {
                         self.end(cfg, ts, start, ts, out);
                     }
                 }
+                // Gone (one that never moved data gets no Close record).
+                self.closed |= st.new == CLOSE;
             }
             Body::Process(_) => {}
         }

@@ -29,6 +29,13 @@ impl StopDetector {
     }
 
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        // Nothing is kept for a connection whose first records are its state, process or close
+        // (most never move data): its samples or snapshots open it here.
+        if matches!(ev.body, Body::State(_) | Body::Process(_) | Body::Close(_))
+            && !self.conns.contains_key(&ev.conn.cookie)
+        {
+            return;
+        }
         let c = self.conns.entry(ev.conn.cookie).or_insert_with(|| Conn::new(ev.conn, ev.ts_ns));
         tracing::trace!(target: "tcpvigil::stop", conn = %c.id.tuple, ts = ev.ts_ns, body = %trace_body(&ev.body),
             active = ?c.active, anchor = ?c.anchor, acked = c.acked, healthy = c.seen_healthy, "observe");

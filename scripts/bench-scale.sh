@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# bench-scale.sh: what tcpvigil costs as a host grows, beside what a user would run instead.
+#
+#   bash scripts/bench-scale.sh [--bin PATH] [--secs N] [--pairs N] [--no-throughput | --throughput-only]   (root)
+#
+# For 0 / 20,000 / 100,000 established loopback sockets (both ends in one private network
+# namespace) and 1 / 300 network namespaces (empty ones, each made by user nobody with
+# `unshare -Urn`), and 100,000 idle sockets beside a churn of 200 short connections a second, it
+# starts `tcpvigil run` afresh and prints its RSS (once started: the start pass and the /proc
+# scan done, a quiet second; and the peak), the CPU seconds it took to get there, snapshot pass time
+# (the largest of the scraped `tcpvigil_snapshot_duration_seconds`), CPU (share of one core over
+# the window, from /proc/PID/stat), dropped records and tracked connections; the /proc owner scan
+# at start-up (from its log; the 100k case also runs 1,000 extra processes); and beside them, over
+# the same sockets and as long: `ss -tin` once a second in every namespace that has sockets (and
+# in each of the 300), and Debian's prometheus-node-exporter with only its netstat collector;
+# both tcpvigil and node_exporter are scraped once a second; as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
+# at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
+# CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets, with and without the daemon in
+# alternating pairs (4 unless --pairs): the median throughput kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=target/release/tcpvigil
+secs=10
+tput=1
+cases=1
+pairs=4
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bin) bin=${2:?}; shift 2 ;;
+    --secs) secs=${2:?}; shift 2 ;;
+    --pairs) pairs=${2:?}; shift 2 ;;
+    --no-throughput) tput=0; shift ;;
+    --throughput-only) cases=0; shift ;;
+    *) echo "bench-scale: unknown argument $1 (--bin PATH, --secs N, --pairs N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
+  esac
+done
+[[ $secs =~ ^[0-9]+$ && $secs -ge 3 ]] || { echo "bench-scale: --secs takes a whole number of at least 3" >&2; exit 2; }
+[[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --pairs takes a whole number of at least 1" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "bench-scale: needs root (namespaces, BPF)" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench-scale: no $bin (cargo build --release -p tcpvigil)" >&2; exit 2; }
+for t in prometheus-node-exporter iperf3 ss setpriv unshare nsenter; do
+  command -v $t >/dev/null || { echo "bench-scale: $t is missing (apt-get install prometheus-node-exporter iperf3 iproute2 util-linux)" >&2; exit 2; }
+done
+export TV_BIN=$bin TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_PAIRS=$pairs
+exec python3 - <<'PY'
+import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
+CASES, PAIRS = os.environ["TV_CASES"] == "1", int(os.environ["TV_PAIRS"])
+TICK = os.sysconf("SC_CLK_TCK")
+NS = f"tvbs{os.getpid()}"
+TMP = tempfile.mkdtemp(prefix="tvbs")
+sh = lambda *a: subprocess.run(a, check=True, stdout=subprocess.DEVNULL)
+
+HOLDER = r'''
+import collections, resource, socket, sys, time
+n, churn, base = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+ls = []
+for p in (base, base + 1, base + 2):
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("127.0.0.1", p)); l.listen(4096); l.setblocking(False); ls.append(l)
+held = []
+def take(l):
+    while True:
+        try:
+            held.append(l.accept()[0])
+        except BlockingIOError:
+            return
+for i in range(n):
+    c = socket.socket(); c.connect(("127.0.0.1", base + i % 2)); held.append(c)
+    if i % 1000 == 999:
+        take(ls[0]); take(ls[1])
+take(ls[0]); take(ls[1])
+print("ready", len(held), flush=True)
+# Short connections until told to stop: 2000 bytes each, open 300 ms.
+import select
+q = collections.deque(); t0 = time.time(); made = 0
+while True:
+    if select.select([sys.stdin], [], [], 0.005)[0]:
+        break
+    now = time.time()
+    while churn and made < (now - t0) * churn:
+        c = socket.socket(); c.connect(("127.0.0.1", base + 2)); c.sendall(b"x" * 2000)
+        a = None
+        while a is None:
+            try:
+                a = ls[2].accept()[0]
+            except BlockingIOError:
+                time.sleep(0.0005)
+        a.recv(4096); q.append((now + 0.3, c, a)); made += 1
+    while q and q[0][0] <= now:
+        _, c, a = q.popleft(); c.close(); a.close()
+'''
+
+PER = 9000  # connections per holder process: 18,000 descriptors, under a 20,000 open-file limit
+
+def holder(n, churn=0.0):
+    """n connections (2n sockets) held by as many processes as the open-file limit needs."""
+    ps = []
+    for i in range(max(1, -(-n // PER))):
+        k = min(PER, n - i * PER)
+        ps.append(subprocess.Popen(["ip", "netns", "exec", NS, "python3", "-c", HOLDER, str(max(k, 0)),
+                                    str(churn if i == 0 else 0.0), str(7001 + 3 * i)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for p in ps:
+        line = p.stdout.readline()
+        if not line.startswith("ready"):
+            raise SystemExit(f"a socket holder failed: {line!r}")
+    return ps
+
+def stop(ps):
+    for p in ps:
+        try:
+            p.stdin.close()
+        except Exception:
+            pass
+    for p in ps:
+        p.wait()
+
+def namespaces(k):
+    return [subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              "unshare", "-Urn", "sleep", "100000"]) for _ in range(k)]
+
+def kill_all(ps):
+    for p in ps:
+        p.kill()
+    for p in ps:
+        p.wait()
+
+def cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / TICK
+
+def status(pid, key):
+    for l in open(f"/proc/{pid}/status"):
+        if l.startswith(key + ":"):
+            return int(l.split()[1])
+    return 0
+
+def get(url):
+    return urllib.request.urlopen(url, timeout=30).read().decode()
+
+def metric(text, name):
+    v = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name) and not l.startswith("#")]
+    return sum(v)
+
+def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
+    print(f"-- {label}", file=sys.stderr, flush=True)
+    h = holder(n_sockets // 2, churn)
+    nss, extra = namespaces(n_ns), [subprocess.Popen(["sleep", "100000"]) for _ in range(procs)]
+    if flows:
+        # Bulk flows at 2 Mbit/s each for the whole case (iperf3 at most 128 streams a process).
+        extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-p", "7101"], stdout=subprocess.DEVNULL))
+        time.sleep(0.3)
+        extra.append(subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7101", "-P", str(flows),
+                                       "-b", "2M", "-t", "86400"], stdout=subprocess.DEVNULL))
+    time.sleep(1)
+    cfg, ready, log = f"{TMP}/c.toml", f"{TMP}/ready", open(f"{TMP}/daemon.log", "w")
+    open(cfg, "w").close()
+    t0 = time.time()
+    d = subprocess.Popen([BIN, "run", "--listen", "127.0.0.1:0", "--config", cfg, "--ready-file", ready],
+                         stdout=log, stderr=log, env=dict(os.environ, TCPVIGIL_LOG="info"))
+    while not os.path.exists(ready):
+        if d.poll() is not None or time.time() - t0 > 300:
+            raise SystemExit(f"tcpvigil run did not become ready: see {TMP}/daemon.log")
+        time.sleep(0.05)
+    to_ready = time.time() - t0
+    url = f"http://{open(ready).read().strip()}/metrics"
+    os.remove(ready)
+    # Settled: the start pass (every namespace once) and the /proc scan done, a quiet second.
+    prev = cpu(d.pid)
+    for _ in range(120):
+        time.sleep(1)
+        now_cpu = cpu(d.pid)
+        if now_cpu - prev <= 0.02:
+            break
+        prev = now_cpu
+    start_cpu, rss_start = cpu(d.pid), status(d.pid, "VmRSS")
+    c0, w0, passes = cpu(d.pid), time.time(), []
+    last = ""
+    while time.time() - w0 < SECS:
+        time.sleep(max(0, min(1, SECS - (time.time() - w0))))
+        last = get(url)
+        passes.append(metric(last, "tcpvigil_snapshot_duration_seconds") * 1000)
+    share = (cpu(d.pid) - c0) / (time.time() - w0) * 100
+    peak = status(d.pid, "VmHWM")
+    drops = metric(last, "tcpvigil_dropped_records_total")
+    tracked = metric(last, "tcpvigil_tracked_connections")
+    d.send_signal(signal.SIGINT); d.wait(); log.close()
+    scan = re.search(r'ms=(\d+).*read from /proc|read from /proc.*ms=(\d+)', open(f"{TMP}/daemon.log").read())
+    scan_ms = next((g for g in (scan.groups() if scan else ()) if g), "?")
+    # What a user would run instead, over the same sockets, as long.
+    targets = [["ip", "netns", "exec", NS]] + [["nsenter", "-t", str(p.pid), "-n"] for p in nss]
+    w0, ss_s, ss_rss = time.time(), 0.0, 0
+    while time.time() - w0 < SECS:
+        t = time.time()
+        for pre in targets:
+            p = subprocess.Popen(pre + ["ss", "-tin"], stdout=subprocess.DEVNULL)
+            _, _, ru = os.wait4(p.pid, 0)  # this run alone (ip and nsenter exec ss)
+            ss_s, ss_rss = ss_s + ru.ru_utime + ru.ru_stime, max(ss_rss, ru.ru_maxrss)
+            p.returncode = 0
+        time.sleep(max(0, 1 - (time.time() - t)))
+    ss_cpu = ss_s / (time.time() - w0) * 100
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    ne = subprocess.Popen(["prometheus-node-exporter", "--collector.disable-defaults", "--collector.netstat",
+                           f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            get(f"http://127.0.0.1:{port}/metrics"); break
+        except Exception:
+            time.sleep(0.1)
+    c0, w0 = cpu(ne.pid), time.time()
+    while time.time() - w0 < SECS:
+        time.sleep(max(0, min(1, SECS - (time.time() - w0))))
+        get(f"http://127.0.0.1:{port}/metrics")
+    ne_cpu, ne_rss = (cpu(ne.pid) - c0) / (time.time() - w0) * 100, status(ne.pid, "VmRSS")
+    ne.kill(); ne.wait()
+    stop(h); kill_all(nss + extra)
+    ratio = lambda a, b: f"{a / b:.2f}" if b > 0 else "-"
+    mib = lambda k: k / 1024
+    print(f"| {label} | {mib(rss_start):.1f} | {mib(peak):.1f} | {max(passes):.2f} | {share:.2f} | {drops:.0f} | "
+          f"{tracked:.0f} | {scan_ms} | {to_ready:.1f} | {start_cpu:.2f} | {ss_cpu:.2f} ({ratio(share, ss_cpu)}) | {mib(ss_rss):.1f} ({ratio(peak, ss_rss)}) | "
+          f"{ne_cpu:.2f} ({ratio(share, ne_cpu)}) | {mib(ne_rss):.1f} ({ratio(peak, ne_rss)}) |", flush=True)
+
+def iperf(secs):
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-1", "-p", "7100"], stdout=subprocess.DEVNULL)
+    time.sleep(0.3)
+    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"],
+                         capture_output=True, text=True).stdout
+    srv.wait()
+    import json
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
+
+def table():
+    print("| case | RSS started MiB | RSS peak MiB | pass ms (max) | CPU % of a core | dropped | tracked | "
+          "/proc scan ms | ready s | CPU s to start | ss -tin CPU % (ratio) | ss RSS MiB (ratio) | node_exporter CPU % (ratio) | node_exporter RSS MiB (ratio) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    daemon_case("0 sockets, 1 namespace", 0, 0)
+    daemon_case("20,000 sockets, 1 namespace", 20000, 0)
+    daemon_case("100,000 sockets, 1 namespace, 1,000 more processes", 100000, 0, procs=1000)
+    daemon_case("0 sockets, 300 namespaces", 0, 300)
+    daemon_case("100,000 idle + 200 short connections/s", 100000, 0, churn=200.0)
+    daemon_case("100 bulk flows at 2 Mbit/s", 0, 0, flows=100)
+
+def throughput():
+    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} alternating pairs of 5 s:")
+    h = holder(10000)
+    off, on = [], []
+    for i in range(PAIRS):
+        off.append(iperf(5))
+        cfg, ready = f"{TMP}/c.toml", f"{TMP}/ready"
+        d = subprocess.Popen([BIN, "run", "--listen", "127.0.0.1:0", "--config", cfg, "--ready-file", ready],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(ready):
+            time.sleep(0.05)
+        os.remove(ready)
+        time.sleep(2)
+        on.append(iperf(5))
+        d.send_signal(signal.SIGINT); d.wait()
+    stop(h)
+    mo, mn = statistics.median(off), statistics.median(on)
+    print(f"without the daemon {[round(x, 1) for x in off]} Gbit/s, with it {[round(x, 1) for x in on]} Gbit/s: "
+          f"median {mn:.1f} / {mo:.1f} = {mn / mo * 100:.1f} % kept")
+
+try:
+    sh("ip", "netns", "add", NS)
+    sh("ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up")
+    sh("ip", "netns", "exec", NS, "sysctl", "-qw", "net.ipv4.ip_local_port_range=10000 65000")
+    print(f"bench-scale: {BIN} ({subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}), "
+          f"{SECS} s windows, kernel {os.uname().release}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    if CASES:
+        table()
+    if TPUT:
+        throughput()
+finally:
+    subprocess.run(["ip", "netns", "del", NS])
+PY
