@@ -78,6 +78,55 @@ pub fn judge_run(truth: &crate::Truth, all: Vec<serde_json::Value>, rtt_s: f64) 
     Ok(Judged { flows, findings, verdict })
 }
 
+/// A judged run as text: every connection's truth stalls, the daemon's stops on it, the failures
+/// and notes (`lab run NAME --judge`).
+pub fn judged_text(j: &Judged) -> String {
+    let reported = crate::fuzzjudge::group_stops(&j.findings);
+    let mut s = String::new();
+    for f in &j.flows {
+        s += &format!("{} -> {}: {} bytes acked, mss {}\n", f.local, f.remote, f.bytes_acked, f.mss);
+        for st in &f.stalls {
+            s += &format!(
+                "  truth  {:<11} {:<14} {:>7.3} s from +{:.3} ({:?}{})\n",
+                st.owner.as_str(),
+                st.cause,
+                st.duration(),
+                st.start - f.first,
+                st.level,
+                if st.cut { ", cut" } else { "" }
+            );
+        }
+        for r in reported.iter().filter(|r| r.local == f.local.to_string() && r.remote == f.remote.to_string()) {
+            s += &format!(
+                "  daemon stop {:>7.3} s from +{:.3}{} first reported +{:.3}: {:?}\n",
+                r.end - r.start,
+                r.start - f.first,
+                if r.ended { "" } else { " (ongoing)" },
+                r.first_ts - r.start,
+                r.reports
+            );
+        }
+    }
+    let other: Vec<&serde_json::Value> = j.findings.iter().filter(|f| f["kind"] != "stop").collect();
+    for f in other {
+        s += &format!(
+            "finding {} {} {} mechanism {}\n",
+            f["kind"].as_str().unwrap_or("?"),
+            f["cause"].as_str().unwrap_or("?"),
+            f["conn"]["local"].as_str().unwrap_or(""),
+            f["mechanism"].as_str().unwrap_or("-")
+        );
+    }
+    for n in &j.verdict.notes {
+        s += &format!("note: {n}\n");
+    }
+    for x in &j.verdict.failures {
+        s += &format!("FAIL: {x}\n");
+    }
+    s += if j.verdict.failures.is_empty() { "verdict: pass\n" } else { "verdict: FAIL\n" };
+    s
+}
+
 /// When the sending application closes its sockets by the run's schedule (iperf3 -t, the socket
 /// pair's --seconds), Unix seconds; None when the data's size decides (a download, iperf3 -n). After
 /// the close the kernel still sends what was written: a stall then is the last window draining (seed
@@ -101,28 +150,38 @@ fn mark_after_close(flows: &mut [FlowTruth], truth: &crate::Truth) {
     }
 }
 
+/// Runs `sc` beside `daemon` with a capture at the senders into `run_dir`: its truth and every
+/// finding the daemon wrote meanwhile (and in the 2 s after: its end reports follow its next look).
+pub fn run_beside(
+    sc: &crate::Scenario,
+    daemon: &Daemon,
+    run_dir: &std::path::Path,
+    progress: bool,
+) -> Result<(crate::Truth, Vec<serde_json::Value>)> {
+    let ro = RunOptions {
+        out_dir: run_dir.parent().map(std::path::Path::to_path_buf).unwrap_or_default(),
+        run_dir: Some(run_dir.to_path_buf()),
+        capture: true,
+        ss_interval_ms: 0,
+        progress,
+    };
+    sc.run_with(
+        &ro,
+        |_| Ok(daemon.offset()),
+        |off, _lab, _truth| {
+            std::thread::sleep(Duration::from_millis(2000));
+            Ok(daemon.findings_since(off))
+        },
+    )
+}
+
 /// Runs one plan beside `daemon` and judges it.
 fn one(plan: &Plan, daemon: &mut Daemon, opts: &FuzzOptions) -> RunReport {
     let t = Instant::now();
     let sc = plan.scenario();
     let run_dir = opts.out_dir.join(&sc.name);
     let _ = std::fs::remove_dir_all(&run_dir);
-    let ro = RunOptions {
-        out_dir: opts.out_dir.clone(),
-        run_dir: Some(run_dir.clone()),
-        capture: true,
-        ss_interval_ms: 0,
-        progress: false,
-    };
-    let res = sc.run_with(
-        &ro,
-        |_| Ok(daemon.offset()),
-        |off, _lab, _truth| {
-            // The daemon's end reports follow its next look (snapshots every second).
-            std::thread::sleep(Duration::from_millis(2000));
-            Ok(daemon.findings_since(off))
-        },
-    );
+    let res = run_beside(&sc, daemon, &run_dir, false);
     let mut rep = RunReport {
         plan: plan.clone(),
         verdict: Verdict::default(),

@@ -255,6 +255,7 @@ impl Plan {
                     streams: self.streams,
                     start_offset_ms: 0.0,
                     rate_mbit: self.app_rate_mbit.map(f64::from),
+                    client_port: None,
                 }],
                 duration_s: self.duration_s,
                 bytes: None,
@@ -270,6 +271,8 @@ impl Plan {
                 recv_pause: None,
                 rcvbuf: None,
                 port: 8080,
+                sndbuf: None,
+                client_port: None,
             }),
         };
         let mut events = Vec::new();

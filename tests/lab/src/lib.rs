@@ -3,6 +3,7 @@ pub mod apps;
 pub mod bench;
 pub mod bpf;
 pub mod catalog;
+pub mod catalog_mech;
 pub mod clock;
 pub mod cmd;
 pub mod daemon;

@@ -42,6 +42,13 @@ enum Cmd {
         /// No progress on stderr.
         #[arg(long, short)]
         quiet: bool,
+        /// Run beside a live `tcpvigil run` with a capture and judge its reports as `lab fuzz`
+        /// does (exit 1 on a failure).
+        #[arg(long)]
+        judge: bool,
+        /// The tcpvigil binary for --judge (default: next to lab in target/{release,debug}).
+        #[arg(long, requires = "judge")]
+        tcpvigil: Option<PathBuf>,
         #[command(flatten)]
         knobs: Box<Knobs>,
     },
@@ -189,6 +196,34 @@ fn run(name: &str, opts: RunOptions, knobs: &Knobs) -> Result<ExitCode, (u8, any
     }
 }
 
+/// `lab run NAME --judge`: the scenario beside the daemon, judged against its capture.
+fn judged_run(
+    name: &str,
+    out: &std::path::Path,
+    run_dir: Option<PathBuf>,
+    bin: Option<&std::path::Path>,
+    knobs: &Knobs,
+    progress: bool,
+) -> Result<ExitCode, (u8, anyhow::Error)> {
+    let mut sc = Scenario::by_name(name).map_err(|e| (2, e.into()))?;
+    sc.apply_knobs(knobs).map_err(|e| (2, e.into()))?;
+    lab::check_prerequisites().map_err(|e| (2, e.into()))?;
+    let bin = tcpvigil_lab::daemon::find_binary(bin).map_err(|e| (2, e.into()))?;
+    let dir = run_dir.unwrap_or_else(|| out.join(format!("{name}-judged-{}", std::process::id())));
+    let daemon = tcpvigil_lab::daemon::Daemon::start(&bin, &dir.join("daemon")).map_err(|e| (1, e.into()))?;
+    let (truth, all) = match fuzz::run_beside(&sc, &daemon, &dir, progress) {
+        Ok(x) => x,
+        Err(LabError::Interrupted) => return Ok(ExitCode::from(130)),
+        Err(e) => return Err((1, e.into())),
+    };
+    drop(daemon);
+    let j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).map_err(|e| (1, anyhow::anyhow!(e)))?;
+    let text = fuzz::judged_text(&j);
+    let _ = std::fs::write(dir.join("judged.txt"), &text);
+    println!("{text}\nrun dir       {}", dir.display());
+    Ok(if j.verdict.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 fn fuzz_cmd(opts: fuzz::FuzzOptions) -> Result<ExitCode, (u8, anyhow::Error)> {
     let total = opts.runs.len();
     let started = std::time::Instant::now();
@@ -225,9 +260,13 @@ fn main() -> ExitCode {
     }
     let result: Result<ExitCode, (u8, anyhow::Error)> = match cli.cmd {
         Cmd::List { json } => list(json).map(|_| ExitCode::SUCCESS).map_err(|e| (1, e)),
-        Cmd::Run { scenario, out, run_dir, capture, ss_interval_ms, quiet, knobs } => {
-            let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
-            run(&scenario, opts, &knobs)
+        Cmd::Run { scenario, out, run_dir, capture, ss_interval_ms, quiet, judge, tcpvigil, knobs } => {
+            if judge {
+                judged_run(&scenario, &out, run_dir, tcpvigil.as_deref(), &knobs, !quiet)
+            } else {
+                let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
+                run(&scenario, opts, &knobs)
+            }
         }
         Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family } => {
             if !(8.0..=600.0).contains(&max_seconds) {
