@@ -255,14 +255,26 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
 }
 
 /// Judges a kept run directory again (its fuzz.json and capture) with the current truth and judge,
-/// e.g. after the truth was corrected: (plan, verdict).
-pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
+/// e.g. after the truth was corrected: (what ran, verdict). A `lab run --judge` directory has no
+/// plan: its truth.json names the scenario and the RTT.
+pub fn rejudge(dir: &std::path::Path) -> Result<(String, Verdict)> {
     let f = dir.join("fuzz.json");
     let text = std::fs::read_to_string(&f).map_err(|e| LabError::io(format!("read {}", f.display()), e))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| LabError::Parse { what: f.display().to_string(), detail: e.to_string() })?;
-    let plan: Plan = serde_json::from_value(v["plan"].clone())
-        .map_err(|e| LabError::Parse { what: format!("{} plan", f.display()), detail: e.to_string() })?;
+    // Runs kept before the truth carried the schedule are judged without the after-close rule.
+    let truth = std::fs::read_to_string(dir.join("truth.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::Truth>(&t).ok());
+    let (what, rtt_s) = match (&v["plan"], &truth) {
+        (p, _) if !p.is_null() => {
+            let plan: Plan = serde_json::from_value(p.clone())
+                .map_err(|e| LabError::Parse { what: format!("{} plan", f.display()), detail: e.to_string() })?;
+            (format!("seed {} run {}: {}", plan.seed, plan.run, plan.describe()), f64::from(plan.rtt_ms) / 1e3)
+        }
+        (_, Some(t)) => (t.scenario.clone(), t.config.path.rtt_ms() / 1e3),
+        _ => return Err(LabError::Invalid(format!("{}: no plan and no truth.json", dir.display()))),
+    };
     let senders: Vec<std::net::IpAddr> = v["flows"]
         .as_array()
         .into_iter()
@@ -272,14 +284,19 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
     let findings: Vec<serde_json::Value> = v["findings"].as_array().cloned().unwrap_or_default();
     let segs = crate::pcap::read(&dir.join("capture-s0.pcap"))?;
     let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
-    // Runs kept before the truth carried the schedule are judged without the after-close rule.
-    let truth = std::fs::read_to_string(dir.join("truth.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<crate::Truth>(&t).ok());
     if let Some(t) = &truth {
         mark_after_close(&mut flows, t);
     }
-    Ok((plan.clone(), judge(&flows, &findings, f64::from(plan.rtt_ms) / 1e3)))
+    Ok((what, judge(&flows, &findings, rtt_s)))
+}
+
+/// What a judged run leaves in its directory beside truth.json (what `rejudge` reads).
+pub fn fuzz_json(plan: Option<&Plan>, j: &Judged) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "plan": plan, "flows": j.flows, "failures": j.verdict.failures,
+        "notes": j.verdict.notes, "cells": j.verdict.cells, "findings": j.findings,
+    }))
+    .unwrap_or_default()
 }
 
 /// The campaign's result as text: the matrix, the failing runs with their replay command, the time.

@@ -219,6 +219,7 @@ fn judged_run(
     drop(daemon);
     let j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).map_err(|e| (1, anyhow::anyhow!(e)))?;
     let text = fuzz::judged_text(&j);
+    let _ = std::fs::write(dir.join("fuzz.json"), fuzz::fuzz_json(None, &j));
     let _ = std::fs::write(dir.join("judged.txt"), &text);
     println!("{text}\nrun dir       {}", dir.display());
     Ok(if j.verdict.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -293,17 +294,11 @@ fn main() -> ExitCode {
             let mut res = Ok(());
             for d in &dirs {
                 match fuzz::rejudge(d) {
-                    Ok((plan, v)) => {
+                    Ok((what, v)) => {
                         m.add(&v.cells);
                         let ok = v.failures.is_empty();
                         failed += usize::from(!ok);
-                        println!(
-                            "seed {} run {}: {} -> {}",
-                            plan.seed,
-                            plan.run,
-                            plan.describe(),
-                            if ok { "pass" } else { "FAIL" }
-                        );
+                        println!("{what} -> {}", if ok { "pass" } else { "FAIL" });
                         for f in &v.failures {
                             println!("  {f}");
                         }

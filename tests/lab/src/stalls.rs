@@ -135,6 +135,42 @@ impl FlowTruth {
     }
 }
 
+impl FlowTruth {
+    /// Bytes acknowledged at `t` (the last advance at or before it).
+    fn acked_at(&self, t: f64) -> u64 {
+        let i = self.delivery.partition_point(|x| x.0 <= t);
+        if i == 0 {
+            0
+        } else {
+            self.delivery[i - 1].1
+        }
+    }
+
+    /// Bytes acknowledged between `a` and `b`.
+    pub fn acked_between(&self, a: f64, b: f64) -> u64 {
+        self.acked_at(b).saturating_sub(self.acked_at(a))
+    }
+
+    /// The delivery rate over the second before `t`, bytes/s.
+    pub fn rate_before(&self, t: f64) -> f64 {
+        self.acked_at(t).saturating_sub(self.acked_at(t - 1.0)) as f64
+    }
+
+    /// When delivery was healthy again inside [from, to] as the daemon ends a stop (its
+    /// definition, the opposite of "almost nothing"): from some advance on, the cumulative ACK
+    /// moved at max(2 segments per srtt, 5 % of `before` bytes/s) or faster over the window of
+    /// max(2 srtt, 100 ms) before it and the one after it, both inside [from, to].
+    pub fn resumed_within(&self, from: f64, to: f64, before: f64) -> Option<f64> {
+        let lo = self.delivery.partition_point(|x| x.0 < from);
+        self.delivery[lo..].iter().take_while(|x| x.0 <= to).find_map(|&(t, _, _, srtt)| {
+            let w = (2.0 * srtt).max(0.1);
+            let floor = (2.0 * f64::from(self.mss) / srtt.max(1e-3)).max(0.05 * before) * w;
+            let ok = |a: f64, b: f64| self.acked_at(b).saturating_sub(self.acked_at(a)) as f64 >= floor;
+            (t - w >= from && t + w <= to && ok(t - w, t) && ok(t, t + w)).then_some(t)
+        })
+    }
+}
+
 /// Unwraps a 32-bit sequence offset to the 64-bit value nearest `near`.
 fn unwrap(x: u32, near: u64) -> u64 {
     let base = near & !0xffff_ffff;
