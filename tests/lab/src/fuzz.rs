@@ -2,7 +2,9 @@
 use crate::daemon::Daemon;
 use crate::error::{LabError, Result};
 use crate::fuzzjudge::{judge, Matrix, Verdict};
-pub use crate::fuzzplan::{draw, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
+pub use crate::fuzzplan::{draw, draw_base, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
+use crate::mechanism::{mechanisms, MechTruth};
+use crate::mechjudge::{judge_mechanisms, MechMatrix, MechVerdict};
 use crate::stalls::{self, FlowTruth};
 use crate::topo::Family;
 use crate::traffic::Traffic;
@@ -26,6 +28,30 @@ pub struct FuzzOptions {
     /// Run every plan over this family instead of the drawn one (e.g. v4 to replay a campaign of
     /// the IPv4-only lab exactly).
     pub family: Option<Family>,
+    /// Plans as the lab drew them before congestion control, long RTTs and mechanism cases
+    /// ([`draw_base`]): to replay an older campaign exactly.
+    pub base_draws: bool,
+    /// A mechanism the run contains and no finding names, or one named where the run does not
+    /// contain it, fails the run. Off: counted in the mechanism matrix only (the daemon does not
+    /// name mechanisms yet).
+    pub judge_mechanism: bool,
+}
+
+impl Default for FuzzOptions {
+    fn default() -> Self {
+        FuzzOptions {
+            seed: 1,
+            runs: vec![0],
+            max_s: 40.0,
+            tcpvigil: PathBuf::from("tcpvigil"),
+            out_dir: PathBuf::from("lab-runs/fuzz"),
+            keep: false,
+            progress: false,
+            family: None,
+            base_draws: false,
+            judge_mechanism: std::env::var("TV_LAB_JUDGE_MECHANISM").is_ok_and(|v| v == "1"),
+        }
+    }
 }
 
 /// One judged run.
@@ -38,6 +64,9 @@ pub struct RunReport {
     pub error: Option<String>,
     pub seconds: f64,
     pub run_dir: Option<PathBuf>,
+    /// The mechanisms the run contains and what the findings named.
+    pub mechanisms: Vec<MechTruth>,
+    pub mech: MechVerdict,
 }
 
 impl RunReport {
@@ -52,6 +81,17 @@ pub struct Judged {
     pub flows: Vec<FlowTruth>,
     pub findings: Vec<serde_json::Value>,
     pub verdict: Verdict,
+    /// The mechanisms the run contains (injected, confirmed on the wire) and the judgement of the
+    /// findings' `mechanism` against them (failures only under `judge_mechanism`).
+    pub mechanisms: Vec<MechTruth>,
+    pub mech: MechVerdict,
+}
+
+impl Judged {
+    /// Makes the mechanism judgement fail the run (`--judge-mechanism`).
+    pub fn judge_mechanism(&mut self) {
+        self.verdict.failures.extend(self.mech.failures.iter().cloned());
+    }
 }
 
 /// Judges a finished run (its truth with a capture) against `all` the daemon wrote meanwhile: the
@@ -75,7 +115,9 @@ pub fn judge_run(truth: &crate::Truth, all: Vec<serde_json::Value>, rtt_s: f64) 
     let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
     mark_after_close(&mut flows, truth);
     let verdict = judge(&flows, &findings, rtt_s);
-    Ok(Judged { flows, findings, verdict })
+    let mechanisms = mechanisms(truth, &crate::wire::wires(&segs, |ip| senders.contains(ip)));
+    let mech = judge_mechanisms(&mechanisms, &findings);
+    Ok(Judged { flows, findings, verdict, mechanisms, mech })
 }
 
 /// A judged run as text: every connection's truth stalls, the daemon's stops on it, the failures
@@ -117,7 +159,19 @@ pub fn judged_text(j: &Judged) -> String {
             f["mechanism"].as_str().unwrap_or("-")
         );
     }
-    for n in &j.verdict.notes {
+    for m in &j.mechanisms {
+        s += &format!(
+            "mechanism {} ({}{}): {}\n",
+            m.mechanism,
+            if m.required { "the run's" } else { "background" },
+            if m.unconfirmed { ", not on the wire" } else { "" },
+            m.evidence
+        );
+    }
+    for (m, o) in &j.mech.outcomes {
+        s += &format!("mechanism {m}: {o:?}\n");
+    }
+    for n in j.verdict.notes.iter().chain(j.mech.notes.iter()) {
         s += &format!("note: {n}\n");
     }
     for x in &j.verdict.failures {
@@ -189,30 +243,24 @@ fn one(plan: &Plan, daemon: &mut Daemon, opts: &FuzzOptions) -> RunReport {
         error: None,
         seconds: 0.0,
         run_dir: Some(run_dir.clone()),
+        mechanisms: Vec::new(),
+        mech: MechVerdict::default(),
     };
     match res {
         Err(e) => rep.error = Some(e.to_string()),
-        Ok((truth, all)) => {
-            let mut mine = Vec::new();
-            match judge_run(&truth, all, f64::from(plan.rtt_ms) / 1e3) {
-                Ok(j) => {
-                    (rep.flows, rep.verdict) = (j.flows, j.verdict);
-                    mine = j.findings;
-                    if rep.flows.is_empty() {
-                        rep.error = Some("the capture holds no connection that moved 64 kB".into());
-                    }
+        Ok((truth, all)) => match judge_run(&truth, all, f64::from(plan.rtt_ms) / 1e3) {
+            Ok(mut j) => {
+                if opts.judge_mechanism {
+                    j.judge_mechanism();
                 }
-                Err(e) => rep.error = Some(e),
+                let _ = std::fs::write(run_dir.join("fuzz.json"), fuzz_json(Some(plan), &j));
+                (rep.flows, rep.verdict, rep.mechanisms, rep.mech) = (j.flows, j.verdict, j.mechanisms, j.mech);
+                if rep.flows.is_empty() {
+                    rep.error = Some("the capture holds no connection that moved 64 kB".into());
+                }
             }
-            let _ = std::fs::write(
-                run_dir.join("fuzz.json"),
-                serde_json::to_string_pretty(&serde_json::json!({
-                    "plan": plan, "flows": rep.flows, "failures": rep.verdict.failures,
-                    "notes": rep.verdict.notes, "cells": rep.verdict.cells, "findings": mine,
-                }))
-                .unwrap_or_default(),
-            );
-        }
+            Err(e) => rep.error = Some(e),
+        },
     }
     if !daemon.alive() {
         rep.error = Some("tcpvigil run exited".into());
@@ -240,8 +288,9 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
         if crate::runner::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(LabError::Interrupted);
         }
-        let mut plan = draw(opts.seed, k, opts.max_s);
-        plan.family = opts.family.unwrap_or(plan.family);
+        let mut plan =
+            if opts.base_draws { draw_base(opts.seed, k, opts.max_s) } else { draw(opts.seed, k, opts.max_s) };
+        plan.set_family(opts.family.unwrap_or(plan.family));
         let rep = one(&plan, &mut daemon, opts);
         matrix.add(&rep.verdict.cells);
         each(&rep);
@@ -257,7 +306,7 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
 /// Judges a kept run directory again (its fuzz.json and capture) with the current truth and judge,
 /// e.g. after the truth was corrected: (what ran, verdict). A `lab run --judge` directory has no
 /// plan: its truth.json names the scenario and the RTT.
-pub fn rejudge(dir: &std::path::Path) -> Result<(String, Verdict)> {
+pub fn rejudge(dir: &std::path::Path) -> Result<(String, Judged)> {
     let f = dir.join("fuzz.json");
     let text = std::fs::read_to_string(&f).map_err(|e| LabError::io(format!("read {}", f.display()), e))?;
     let v: serde_json::Value = serde_json::from_str(&text)
@@ -287,14 +336,27 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(String, Verdict)> {
     if let Some(t) = &truth {
         mark_after_close(&mut flows, t);
     }
-    Ok((what, judge(&flows, &findings, rtt_s)))
+    let verdict = judge(&flows, &findings, rtt_s);
+    let mechanisms = truth
+        .as_ref()
+        .map(|t| {
+            let hosts: Vec<std::net::IpAddr> =
+                t.senders.iter().flat_map(|h| [h.ip(Family::V4), h.ip(Family::V6)]).collect();
+            mechanisms(t, &crate::wire::wires(&segs, |ip| hosts.contains(ip)))
+        })
+        .unwrap_or_default();
+    let mech = judge_mechanisms(&mechanisms, &findings);
+    Ok((what, Judged { flows, findings, verdict, mechanisms, mech }))
 }
 
 /// What a judged run leaves in its directory beside truth.json (what `rejudge` reads).
 pub fn fuzz_json(plan: Option<&Plan>, j: &Judged) -> String {
+    let outcomes: Vec<String> = j.mech.outcomes.iter().map(|(m, o)| format!("{m}: {o:?}")).collect();
     serde_json::to_string_pretty(&serde_json::json!({
         "plan": plan, "flows": j.flows, "failures": j.verdict.failures,
         "notes": j.verdict.notes, "cells": j.verdict.cells, "findings": j.findings,
+        "mechanisms": j.mechanisms, "mechanism_outcomes": outcomes, "mechanism_notes": j.mech.notes,
+        "mechanism_failures": j.mech.failures,
     }))
     .unwrap_or_default()
 }
@@ -314,6 +376,15 @@ pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64)
         m.render()
     );
     s += "\nRows: truth from the capture (owner/cause; \"(short)\": under 1.3 x the stop threshold + 100 ms or before 2 MiB, a report allowed, not required; \"none\": no stall there). Columns: the daemon's report (first owner->last owner/cause when they differ).\n";
+    let mut mm = MechMatrix::default();
+    for r in reports {
+        mm.add(&r.mech.outcomes);
+    }
+    s += &format!(
+        "\nMechanisms ({}): per run, what the findings' `mechanism` named against what the run contains (injected and seen on the wire). \"named as background\": present without being the run's case (ordinary queue drops, random loss on the whole path, a sysctl ceiling the path reaches), naming it is right, not naming it no miss.\n\n{}",
+        if opts.judge_mechanism { "judged: a miss or a wrong name fails the run" } else { "counted, not judged: --judge-mechanism makes a miss fail" },
+        mm.render()
+    );
     for r in &failed {
         s += &format!(
             "\nFAILED seed {} run {}: {}\n  replay: lab fuzz --seed {} --run {}\n",

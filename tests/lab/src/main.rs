@@ -49,6 +49,9 @@ enum Cmd {
         /// The tcpvigil binary for --judge (default: next to lab in target/{release,debug}).
         #[arg(long, requires = "judge")]
         tcpvigil: Option<PathBuf>,
+        /// With --judge: a mechanism the run contains that no finding names fails it too.
+        #[arg(long, requires = "judge")]
+        judge_mechanism: bool,
         #[command(flatten)]
         knobs: Box<Knobs>,
     },
@@ -79,11 +82,24 @@ enum Cmd {
         /// IPv4-only lab exactly).
         #[arg(long, value_enum)]
         family: Option<tcpvigil_lab::Family>,
+        /// Plans as drawn before congestion control, long RTTs and mechanism cases (replays an
+        /// older campaign exactly).
+        #[arg(long)]
+        base_draws: bool,
+        /// A mechanism the run contains that no finding names, or one named where it is absent,
+        /// fails the run (default: counted in the mechanism matrix only; TV_LAB_JUDGE_MECHANISM=1
+        /// sets it too).
+        #[arg(long)]
+        judge_mechanism: bool,
     },
-    /// Judge kept `lab fuzz` run directories again with the current truth and judge.
+    /// Judge kept `lab fuzz` (or `lab run --judge`) run directories again with the current truth
+    /// and judge.
     Rejudge {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// A missed or wrongly named mechanism fails the run too.
+        #[arg(long)]
+        judge_mechanism: bool,
     },
     /// Print the truth stalls of a capture (pcap) at a sender: every connection of the --sender addresses.
     Stalls {
@@ -204,6 +220,7 @@ fn judged_run(
     bin: Option<&std::path::Path>,
     knobs: &Knobs,
     progress: bool,
+    judge_mechanism: bool,
 ) -> Result<ExitCode, (u8, anyhow::Error)> {
     let mut sc = Scenario::by_name(name).map_err(|e| (2, e.into()))?;
     sc.apply_knobs(knobs).map_err(|e| (2, e.into()))?;
@@ -217,7 +234,10 @@ fn judged_run(
         Err(e) => return Err((1, e.into())),
     };
     drop(daemon);
-    let j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).map_err(|e| (1, anyhow::anyhow!(e)))?;
+    let mut j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).map_err(|e| (1, anyhow::anyhow!(e)))?;
+    if judge_mechanism {
+        j.judge_mechanism();
+    }
     let text = fuzz::judged_text(&j);
     let _ = std::fs::write(dir.join("fuzz.json"), fuzz::fuzz_json(None, &j));
     let _ = std::fs::write(dir.join("judged.txt"), &text);
@@ -261,15 +281,27 @@ fn main() -> ExitCode {
     }
     let result: Result<ExitCode, (u8, anyhow::Error)> = match cli.cmd {
         Cmd::List { json } => list(json).map(|_| ExitCode::SUCCESS).map_err(|e| (1, e)),
-        Cmd::Run { scenario, out, run_dir, capture, ss_interval_ms, quiet, judge, tcpvigil, knobs } => {
+        Cmd::Run {
+            scenario,
+            out,
+            run_dir,
+            capture,
+            ss_interval_ms,
+            quiet,
+            judge,
+            tcpvigil,
+            judge_mechanism,
+            knobs,
+        } => {
             if judge {
-                judged_run(&scenario, &out, run_dir, tcpvigil.as_deref(), &knobs, !quiet)
+                let mech = judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism;
+                judged_run(&scenario, &out, run_dir, tcpvigil.as_deref(), &knobs, !quiet, mech)
             } else {
                 let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
                 run(&scenario, opts, &knobs)
             }
         }
-        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family } => {
+        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family, base_draws, judge_mechanism } => {
             if !(8.0..=600.0).contains(&max_seconds) {
                 Err((2, anyhow::anyhow!("--max-seconds {max_seconds} not in 8..=600")))
             } else {
@@ -284,29 +316,46 @@ fn main() -> ExitCode {
                         keep,
                         progress: true,
                         family,
+                        base_draws,
+                        judge_mechanism: judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism,
                     }),
                 }
             }
         }
-        Cmd::Rejudge { dirs } => {
+        Cmd::Rejudge { dirs, judge_mechanism } => {
             let mut failed = 0;
             let mut m = tcpvigil_lab::fuzzjudge::Matrix::default();
+            let mut mm = tcpvigil_lab::mechjudge::MechMatrix::default();
             let mut res = Ok(());
             for d in &dirs {
                 match fuzz::rejudge(d) {
-                    Ok((what, v)) => {
-                        m.add(&v.cells);
-                        let ok = v.failures.is_empty();
+                    Ok((what, mut j)) => {
+                        if judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism {
+                            j.judge_mechanism();
+                        }
+                        m.add(&j.verdict.cells);
+                        mm.add(&j.mech.outcomes);
+                        let ok = j.verdict.failures.is_empty();
                         failed += usize::from(!ok);
                         println!("{what} -> {}", if ok { "pass" } else { "FAIL" });
-                        for f in &v.failures {
+                        for f in &j.verdict.failures {
                             println!("  {f}");
+                        }
+                        for t in &j.mechanisms {
+                            let how = if t.required {
+                                "the run's"
+                            } else if t.unconfirmed {
+                                "not on the wire"
+                            } else {
+                                "background"
+                            };
+                            println!("  mechanism {} ({how}): {}", t.mechanism, t.evidence);
                         }
                     }
                     Err(e) => res = Err((2, anyhow::anyhow!("{}: {e}", d.display()))),
                 }
             }
-            println!("\n{}", m.render());
+            println!("\n{}\n{}", m.render(), mm.render());
             res.map(|_| if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Cmd::Stalls { pcap, sender } => match tcpvigil_lab::pcap::read(&pcap) {

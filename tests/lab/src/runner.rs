@@ -407,6 +407,25 @@ fn run_event(lab: &Lab, ev: &Event, t0: Instant, stop: &AtomicBool, log: &Mutex<
                 }), start, end });
             }
         }
+        Event::MtuRestore { at_s } => {
+            if !wait_until(t0 + Duration::from_secs_f64(at_s), stop) {
+                return;
+            }
+            let res = lab.path().mtu_restore();
+            let at = Stamp::now();
+            if let Ok(mut v) = log.lock() {
+                v.push(Injection {
+                    kind: "mtu-restore".into(),
+                    dir: "forward".into(),
+                    detail: json!({
+                        "at_s": at_s, "link_mtu": lab.config().topo.mtu, "error": res.err().map(|e| e.to_string()),
+                        "what": "the router's links towards the receivers back at the lab's MTU",
+                    }),
+                    start: at,
+                    end: Some(at),
+                });
+            }
+        }
         Event::AppPause { at_s, for_s, side } => {
             let at = t0 + Duration::from_secs_f64(at_s);
             if !wait_until(at, stop) {

@@ -35,6 +35,9 @@ pub enum Event {
         mtu: u32,
         filter_icmp: bool,
     },
+    /// The router's links towards the receivers get their MTU back at `at_s` (ends a drop that was
+    /// in force from the start, `PathConfig::next_mtu`).
+    MtuRestore { at_s: f64 },
 }
 
 /// Which end hosts an application pause freezes.

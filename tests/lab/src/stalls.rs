@@ -418,7 +418,10 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
     let mut out = Vec::new();
     for (_, mut f) in map {
         let acked = f.una.saturating_sub(1);
-        if acked < min_bytes {
+        // A connection that sent a window and never got it delivered is kept too: its data waits
+        // behind a black hole from the first full-size segment (never bulk, but stopped).
+        let held = f.max >= 10 * f.mss() && matches!(f.wait, Some((_, true, _, r, _)) if r > 0);
+        if acked < min_bytes && !held {
             continue;
         }
         // A network wait still open when the capture ends lasts at least until then (the sender's
@@ -487,6 +490,39 @@ mod tests {
 
     fn is_sender(ip: &IpAddr) -> bool {
         ip.to_string().starts_with("10.71.")
+    }
+
+    #[test]
+    fn a_window_never_delivered_is_a_network_stall_of_a_connection_that_never_became_bulk() {
+        // A black hole from the first full-size segment: the handshake passes, the initial window
+        // of ten segments is resent with backoff and never acknowledged.
+        let held = |n: u32| {
+            let mut syn = seg(0.0, true, 999, 0, SYN, 64240, 0);
+            syn.wscale = Some(7);
+            let mut synack = seg(0.01, false, 5000, 1000, SYN | ACK, 64240, 0);
+            (synack.wscale, synack.mss) = (Some(7), Some(1460));
+            let mut v = vec![syn, synack, seg(0.02, true, 1000, 5001, ACK, 1000, 0)];
+            for k in 0..n {
+                v.push(seg(0.03, true, 1000 + k * 1448, 5001, ACK, 1000, 1448));
+            }
+            for (i, t) in [0.25, 0.65, 1.45, 3.05].into_iter().enumerate() {
+                v.push(seg(t, true, 1000, 5001, ACK, 1000, 1448));
+                v.push(seg(t + 0.001 * i as f64, false, 5001, 1000, ACK, 4000, 0));
+                // dup ACKs of nothing
+            }
+            flows(&v, is_sender, 64 * 1024)
+        };
+        let f = held(10);
+        assert_eq!(f.len(), 1, "the held window is judged");
+        assert_eq!(f[0].bytes_acked, 0);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(
+            (s[0].owner, s[0].cause.as_str(), s[0].level, s[0].cut),
+            (Owner::Network, "retransmitting", Level::Maybe, true)
+        );
+        assert!((s[0].start - 0.03).abs() < 1e-9 && s[0].retransmissions == 4, "{s:?}");
+        assert!(held(3).is_empty(), "a few small segments are no transfer");
     }
 
     #[test]
