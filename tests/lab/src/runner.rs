@@ -235,6 +235,12 @@ impl Scenario {
         let traffic_end = Stamp::now();
         drop(servers);
         drop(app_servers);
+        // tcpdump hands packets over in blocks that fill or time out after 1 s; a SIGINT drops the
+        // block in hand: wait for the last one (mtu-blackhole-start lost its last 17 packets, the
+        // retransmission and the close 0.5 s before the stop).
+        if !captures.is_empty() {
+            std::thread::sleep(Duration::from_millis(1100));
+        }
         for mut c in captures {
             crate::cmd::interrupt_and_wait(&mut c, Duration::from_secs(3));
         }
