@@ -223,12 +223,19 @@ fn lossy(t: &Truth, wires: &[Wire], start: f64, end: f64) -> Vec<MechTruth> {
 }
 
 /// Buffers that hold the transfer below the path: set by the application (SO_RCVBUF/SO_SNDBUF)
-/// or capped by the sysctl maximum. Confirmed when the largest window (receiver) or flight
-/// (sender) the capture saw stayed within what the buffer allows and below the path's BDP.
+/// or capped by the sysctl maximum. Confirmed on the receiver's side when the largest window the
+/// capture saw stayed within the buffer and below the path's BDP; on the sender's when the median
+/// flight stayed within 4 buffers and below half the BDP with the receiver's window open twice as
+/// far (the send buffer is no hard cap on the flight: under SACK recovery the kernel queued 4.3
+/// times a 128 KiB SO_SNDBUF, and sndbuf-app's median flight was 264 kB).
 fn buffers(t: &Truth, wires: &[Wire], start: f64, end: f64, bdp: Option<f64>) -> Vec<MechTruth> {
     let main = data(wires).max_by_key(|w| w.acked);
-    let (rwnd, flight) = main.map(|w| (w.max_rwnd, w.max_flight)).unwrap_or((0, 0));
-    let limits = |seen: u64, cap: u64| seen > 0 && seen <= cap + 65_536 && bdp.is_none_or(|b| (seen as f64) * 1.2 < b);
+    let (rwnd, flight) = main.map(|w| (w.max_rwnd, w.median_flight())).unwrap_or((0, 0));
+    let below = |seen: u64, share: f64| bdp.is_none_or(|b| (seen as f64) < share * b);
+    let limits = |side: &str, seen: u64, cap: u64| match side {
+        "receiver" => seen > 0 && seen <= cap + 65_536 && below(seen, 1.0 / 1.2),
+        _ => seen > 0 && seen <= 4 * cap && below(seen, 0.5) && rwnd >= 2 * seen,
+    };
     let (rcv_app, snd_app) = match &t.traffic_spec {
         Traffic::App(a) => (a.rcvbuf.map(u64::from), a.sndbuf.map(u64::from)),
         Traffic::Plain(p) => (p.rcvbuf.map(u64::from), None),
@@ -249,9 +256,10 @@ fn buffers(t: &Truth, wires: &[Wire], start: f64, end: f64, bdp: Option<f64>) ->
         if name == "sysctl" && bdp.is_some_and(|d| b as f64 > 2.0 * d) {
             continue;
         }
-        let mut m = mech(name, start, end, json!({"side": side, "bytes": b, "largest_seen": seen, "bdp": bdp}));
+        let seen_as = if side == "receiver" { "largest_window" } else { "median_flight" };
+        let mut m = mech(name, start, end, json!({"side": side, "bytes": b, seen_as: seen, "bdp": bdp}));
         m.side = Some(side.into());
-        m.unconfirmed = !limits(seen, cap);
+        m.unconfirmed = !limits(side, seen, cap);
         out.push(m);
     }
     out

@@ -19,6 +19,8 @@ pub struct Wire {
     /// Largest window the receiver advertised (scaled) and largest flight, bytes.
     pub max_rwnd: u64,
     pub max_flight: u64,
+    /// The flight at each new data segment sent, bytes.
+    flights: Vec<u64>,
     /// Bytes acknowledged.
     pub acked: u64,
     /// Every data segment: (time, payload, relative end sequence, a retransmission).
@@ -69,6 +71,7 @@ impl Wire {
         } else {
             self.max = end;
             self.pending.push((end, s.t));
+            self.flights.push(self.max.saturating_sub(self.una));
         }
         self.max_flight = self.max_flight.max(self.max.saturating_sub(self.una));
         self.segs.push((s.t, s.len, end, retx));
@@ -101,6 +104,13 @@ impl Wire {
         self.una = a;
         self.acked = a.saturating_sub(1);
         self.acks.push((s.t, a));
+    }
+
+    /// The median flight when new data left, bytes (0 without data).
+    pub fn median_flight(&self) -> u64 {
+        let mut f = self.flights.clone();
+        f.sort_unstable();
+        f.get(f.len() / 2).copied().unwrap_or(0)
     }
 
     /// The queueing delay at the losses: the median over loss episodes of the RTT sample before
@@ -201,5 +211,6 @@ mod tests {
         assert_eq!(w.oversize(0.65, 1.0, 1400), (2, 1, false));
         assert_eq!(w.oversize(0.0, 0.1, 1400).2, true, "the first round was acknowledged");
         assert_eq!(w.largest(0.65, 1.0), 1448);
+        assert_eq!(w.median_flight(), 5 * 1448, "a round of ten leaves one to ten segments out");
     }
 }
