@@ -381,7 +381,7 @@ pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64)
         mm.add(&r.mech.outcomes);
     }
     s += &format!(
-        "\nMechanisms ({}): per run, what the findings' `mechanism` named against what the run contains (injected and seen on the wire). \"named as background\": present without being the run's case (ordinary queue drops, random loss on the whole path, a sysctl ceiling the path reaches), naming it is right, not naming it no miss.\n\n{}",
+        "\nMechanisms ({}): per run, what the findings' `mechanism` named against what the run contains (injected and seen on the wire). \"background\": present without being the run's case (ordinary queue drops, random loss on the whole path, a sysctl ceiling the path reaches), naming it is right, not naming it no miss.\n\n{}",
         if opts.judge_mechanism { "judged: a miss or a wrong name fails the run" } else { "counted, not judged: --judge-mechanism makes a miss fail" },
         mm.render()
     );

@@ -85,9 +85,12 @@ pub fn draw_case(p: &Plan, max_s: f64) -> Option<Case> {
     } else {
         let receiver = r.chance(0.5);
         let application = p.client == Client::Socket && r.chance(0.5);
-        // Well below what the path needs, or it would not hold the transfer back.
+        // Well below what the path needs, or it would not hold the transfer back; a send buffer
+        // further below: the kernel queues up to 3-4 times it under SACK recovery (the median
+        // flight of a 33 kB tcp_wmem maximum was 108 kB).
         let bytes = r.log_uniform(32e3, (bdp / 4.0).max(33e3)).round() as u64;
-        ((bytes as f64) < bdp / 3.0).then_some(Case::Buffer { receiver, application, bytes })
+        let share = if receiver { 3.0 } else { 6.0 };
+        ((bytes as f64) < bdp / share).then_some(Case::Buffer { receiver, application, bytes })
     }
 }
 

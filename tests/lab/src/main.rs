@@ -67,6 +67,9 @@ enum Cmd {
         /// Replay only run K of the seed (as printed for a failing run).
         #[arg(long)]
         run: Option<u32>,
+        /// The first run (with --runs N: runs K..K+N), to split a campaign into batches.
+        #[arg(long, default_value_t = 0, conflicts_with = "run")]
+        first: u32,
         /// Cap on each run's traffic in seconds (longer outages and pauses are shortened to fit).
         #[arg(long, default_value_t = 40.0)]
         max_seconds: f64,
@@ -301,7 +304,7 @@ fn main() -> ExitCode {
                 run(&scenario, opts, &knobs)
             }
         }
-        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family, base_draws, judge_mechanism } => {
+        Cmd::Fuzz { runs, seed, run, first, max_seconds, tcpvigil, out, keep, family, base_draws, judge_mechanism } => {
             if !(8.0..=600.0).contains(&max_seconds) {
                 Err((2, anyhow::anyhow!("--max-seconds {max_seconds} not in 8..=600")))
             } else {
@@ -309,7 +312,7 @@ fn main() -> ExitCode {
                     Err(e) => Err((2, e.into())),
                     Ok(bin) => fuzz_cmd(fuzz::FuzzOptions {
                         seed,
-                        runs: run.map(|k| vec![k]).unwrap_or_else(|| (0..runs).collect()),
+                        runs: run.map(|k| vec![k]).unwrap_or_else(|| (first..first.saturating_add(runs)).collect()),
                         max_s: max_seconds,
                         tcpvigil: bin,
                         out_dir: out,

@@ -225,7 +225,7 @@ fn lossy(t: &Truth, wires: &[Wire], start: f64, end: f64) -> Vec<MechTruth> {
 /// Buffers that hold the transfer below the path: set by the application (SO_RCVBUF/SO_SNDBUF)
 /// or capped by the sysctl maximum. Confirmed on the receiver's side when the largest window the
 /// capture saw stayed within the buffer and below the path's BDP; on the sender's when the median
-/// flight stayed within 4 buffers and below half the BDP with the receiver's window open twice as
+/// flight stayed within 4 buffers and below 0.8 BDP with the receiver's window open 1.5 times as
 /// far (the send buffer is no hard cap on the flight: under SACK recovery the kernel queued 4.3
 /// times a 128 KiB SO_SNDBUF, and sndbuf-app's median flight was 264 kB).
 fn buffers(t: &Truth, wires: &[Wire], start: f64, end: f64, bdp: Option<f64>) -> Vec<MechTruth> {
@@ -234,7 +234,7 @@ fn buffers(t: &Truth, wires: &[Wire], start: f64, end: f64, bdp: Option<f64>) ->
     let below = |seen: u64, share: f64| bdp.is_none_or(|b| (seen as f64) < share * b);
     let limits = |side: &str, seen: u64, cap: u64| match side {
         "receiver" => seen > 0 && seen <= cap + 65_536 && below(seen, 1.0 / 1.2),
-        _ => seen > 0 && seen <= 4 * cap && below(seen, 0.5) && rwnd >= 2 * seen,
+        _ => seen > 0 && seen <= 4 * cap && below(seen, 0.8) && 2 * rwnd >= 3 * seen,
     };
     let (rcv_app, snd_app) = match &t.traffic_spec {
         Traffic::App(a) => (a.rcvbuf.map(u64::from), a.sndbuf.map(u64::from)),
