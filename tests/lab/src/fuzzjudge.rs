@@ -624,6 +624,16 @@ mod tests {
         assert_eq!(judge(&[f.clone()], &ongoing, 0.1).failures.len(), 1, "an ongoing report says as much");
         let right = vec![stop("network", "no_ack", T0 + 4.0, T0 + 5.2, Some(1.2))];
         assert!(judge(&[f.clone()], &right, 0.1).failures.is_empty(), "ended within the daemon's allowance");
+        // After an idle the yardstick is the rate before the idle, not the idle's nothing: 100 kB/s
+        // against 2.5 MB/s is no resumption (seed 41 run 73, reno after a 5 s sender pause).
+        let mut idle = steady(vec![], &[(2.0, 4.0), (4.0, 4.4)]);
+        idle.stalls = vec![stall(Owner::Network, "retransmitting", T0 + 4.0, T0 + 4.4, Level::Maybe)];
+        idle.delivery.retain(|x| x.0 < T0 + 4.0);
+        let base = idle.delivery.last().map(|x| x.1).unwrap_or(0);
+        for k in 1..=80 {
+            idle.delivery.push((T0 + 4.4 + k as f64 * 0.1, base + k * 10_000, true, 0.1));
+        }
+        assert!(judge(&[idle], &long, 0.1).failures.is_empty(), "slow after an idle");
         // Over a trickle (one segment per 100 ms) the stop may go on: nothing healthy to end it.
         let mut slow = f;
         slow.delivery.retain(|x| x.0 < T0 + 4.0);
