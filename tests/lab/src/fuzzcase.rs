@@ -84,7 +84,7 @@ pub fn draw_case(p: &Plan, max_s: f64) -> Option<Case> {
         Some(Case::Queue { bytes: (bdp * f).clamp(15_000.0, 30e6).round() as u64, deep })
     } else {
         let receiver = r.chance(0.5);
-        let application = p.client == Client::Socket && r.chance(0.5);
+        let application = p.client == Client::Socket && r.chance(0.75);
         // Well below what the path needs, or it would not hold the transfer back; a send buffer
         // further below: the kernel queues up to 3-4 times it under SACK recovery (the median
         // flight of a 33 kB tcp_wmem maximum was 108 kB).

@@ -55,7 +55,7 @@ fn mech(name: &str, from: f64, to: f64, evidence: Value) -> MechTruth {
 
 /// The data connections: those that moved 64 kB, or whose full-size data a black hole held (they
 /// may never move any).
-fn data<'a>(wires: &'a [Wire]) -> impl Iterator<Item = &'a Wire> {
+fn data(wires: &[Wire]) -> impl Iterator<Item = &Wire> {
     wires.iter().filter(|w| w.acked >= 64 * 1024 || w.sent >= 10)
 }
 
@@ -91,7 +91,7 @@ fn sysctl_max(t: &Truth, dir: &str, key: &str) -> Option<u64> {
         .into_iter()
         .filter(|i| i.dir == dir && i.detail["key"] == key)
         .filter_map(|i| i.detail["value"].as_str()?.split_whitespace().nth(2)?.parse().ok())
-        .last()
+        .next_back()
 }
 
 /// The mechanisms of `truth`'s run, judged on its capture's connections `wires`.

@@ -79,10 +79,10 @@ fn about(n: &Naming, t: &MechTruth) -> bool {
     let overlap = n.from <= t.to + 3.0 && n.to >= t.from - 1.0;
     let conn = (t.ports.is_empty() || n.ports.iter().any(|p| t.ports.contains(p)))
         && (t.hosts.is_empty() || n.local.is_some_and(|a| t.hosts.contains(&a.ip())));
-    let side = match (t.side.as_deref(), n.cause.as_str()) {
-        (Some("receiver"), "sndbuf_limited") | (Some("sender"), "rwnd_limited") => false,
-        _ => true,
-    };
+    let side = !matches!(
+        (t.side.as_deref(), n.cause.as_str()),
+        (Some("receiver"), "sndbuf_limited") | (Some("sender"), "rwnd_limited")
+    );
     n.mechanism == t.mechanism && overlap && conn && side
 }
 
