@@ -26,6 +26,8 @@ fn a_fixed_seed_slice_of_randomized_runs_is_diagnosed_as_the_capture_shows() {
         keep: false,
         progress: true,
         family: None,
+        base_draws: false,
+        judge_mechanism: false,
     };
     let started = std::time::Instant::now();
     let (matrix, reports) = campaign(&opts, |r| {

@@ -50,7 +50,13 @@ def send(a):
     started = time.time()
 
     def one(i):
-        s = socket.create_connection((a.to, a.port), timeout=10)
+        s = socket.socket(family(a.to), socket.SOCK_STREAM)
+        if a.sndbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, a.sndbuf)  # locks the send buffer
+        if a.cport:
+            s.bind(("", a.cport + i))
+        s.settimeout(10)
+        s.connect((a.to, a.port))
         s.settimeout(None)
         end = started + a.seconds
         while time.time() < end and (a.bytes == 0 or sent[i] < a.bytes):
@@ -91,6 +97,8 @@ def main():
     s.add_argument("--streams", type=int, default=1)
     s.add_argument("--seconds", type=float, required=True)
     s.add_argument("--bytes", type=int, default=0, help="per stream; 0: until --seconds")
+    s.add_argument("--sndbuf", type=int, default=0, help="SO_SNDBUF of every stream (0: autotuning)")
+    s.add_argument("--cport", type=int, default=0, help="stream i leaves from this port + i (0: ephemeral)")
     a = p.parse_args()
     recv(a) if a.mode == "recv" else send(a)
 

@@ -42,6 +42,13 @@ pub struct AppSpec {
     /// Socket: SO_RCVBUF of the receiver (None: autotuning).
     pub rcvbuf: Option<u32>,
     pub port: u16,
+    /// Socket: SO_SNDBUF of the sender (None: autotuning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sndbuf: Option<u32>,
+    /// The client's local port for connection k is this + k (socket sender, curl): a lossy lane
+    /// matches one of them. None: ephemeral ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_port: Option<u16>,
 }
 
 /// What the applications reported.
@@ -208,6 +215,12 @@ pub fn run(
             if let Some(b) = spec.bytes {
                 args.extend(["--bytes".into(), b.to_string()]);
             }
+            if let Some(b) = spec.sndbuf {
+                args.extend(["--sndbuf".into(), b.to_string()]);
+            }
+            if let Some(p) = spec.client_port {
+                args.extend(["--cport".into(), p.to_string()]);
+            }
             let argv: Vec<&str> = args.iter().map(String::as_str).collect();
             let (_, e) = finish(cmd::spawn_in(&s.netns, &argv)?, cap, stop);
             res.errors.extend(e.map(|e| format!("sender: {e}")));
@@ -227,11 +240,14 @@ pub fn run(
             let url = format!("http://{}:{}/blob.bin", url_host(&lab.addr(s)), spec.port);
             let max = format!("{:.0}", spec.duration_s + 30.0);
             let mut clients = Vec::new();
-            for _ in 0..spec.streams.max(1) {
-                clients.push(cmd::spawn_in(
-                    &r.netns,
-                    &["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", "--max-time", &max, &url],
-                )?);
+            for k in 0..spec.streams.max(1) {
+                let mut argv = vec!["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download}", "--max-time", &max];
+                let port = spec.client_port.map(|p| (p + k as u16).to_string());
+                if let Some(p) = port.as_deref() {
+                    argv.extend(["--local-port", p]);
+                }
+                argv.push(&url);
+                clients.push(cmd::spawn_in(&r.netns, &argv)?);
             }
             for c in clients {
                 let (out, e) = finish(c, cap, stop);

@@ -1,6 +1,7 @@
 //! The named scenarios, each scaled to run in 5-30 s on a 2-core machine, with the diagnosis the agent should make.
 use crate::apps::{App, AppSpec};
 use crate::bpf::RetxDrop;
+use crate::catalog_mech::mechanism;
 use crate::error::{LabError, Result};
 use crate::lab::LabConfig;
 use crate::path::{Dir, LossySender, PathConfig, Police, Shape};
@@ -27,36 +28,61 @@ pub const NAMES: &[&str] = &[
     "receiver-stall-3s",
     "http-download",
     "path-outage",
+    // The mechanisms (catalog_mech.rs).
+    "mtu-blackhole",
+    "mtu-blackhole-start",
+    "mtu-pmtud",
+    "policer",
+    "queue-shallow",
+    "queue-deep",
+    "parallel-3-lossy-lane",
+    "rcvbuf-app",
+    "sndbuf-app",
+    "sndbuf-sysctl",
 ];
 
-fn kv(k: &str, v: &str) -> (String, String) {
+pub(crate) fn kv(k: &str, v: &str) -> (String, String) {
     (k.to_string(), v.to_string())
 }
 
-fn shaped(rtt_ms: f64, rate_mbit: f64, limit_bytes: Option<u64>) -> PathConfig {
+pub(crate) fn shaped(rtt_ms: f64, rate_mbit: f64, limit_bytes: Option<u64>) -> PathConfig {
     let mut p = PathConfig::with_rtt(rtt_ms);
     p.forward.shape = Some(Shape { rate_mbit, burst_bytes: None, limit_bytes });
     p
 }
 
-fn lab(senders: usize, path: PathConfig) -> LabConfig {
+pub(crate) fn lab(senders: usize, path: PathConfig) -> LabConfig {
     LabConfig { topo: TopoConfig { senders, ..TopoConfig::default() }, path, trim_delay: true, ..LabConfig::default() }
 }
 
 /// iperf3 runs CUBIC (`-C`), the loss-based CC the papers measured, whatever the host default (often bbr,
 /// which a namespace may not even be allowed to set); `--cc` overrides it.
-const PAPERS_CC: &str = "cubic";
+pub(crate) const PAPERS_CC: &str = "cubic";
 
 fn one_flow(duration_s: f64) -> Traffic {
     Traffic::Iperf {
-        flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None }],
+        flows: vec![IperfFlow {
+            sender: 0,
+            receiver: 0,
+            streams: 1,
+            start_offset_ms: 0.0,
+            rate_mbit: None,
+            client_port: None,
+        }],
         duration_s,
         bytes: None,
         cc: Some(PAPERS_CC.into()),
     }
 }
 
-fn base(name: &str, summary: &str, paper: Option<&str>, doc: &str, lab: LabConfig, traffic: Traffic) -> Scenario {
+pub(crate) fn base(
+    name: &str,
+    summary: &str,
+    paper: Option<&str>,
+    doc: &str,
+    lab: LabConfig,
+    traffic: Traffic,
+) -> Scenario {
     Scenario {
         name: name.into(),
         summary: summary.into(),
@@ -70,7 +96,7 @@ fn base(name: &str, summary: &str, paper: Option<&str>, doc: &str, lab: LabConfi
 }
 
 /// Big socket buffers on both ends, so windows are limited by the path, not the hosts.
-fn big_buffers(l: &mut LabConfig, max: u64) {
+pub(crate) fn big_buffers(l: &mut LabConfig, max: u64) {
     l.sender_sysctls.push(kv("net.ipv4.tcp_wmem", &format!("4096 16384 {max}")));
     l.sender_sysctls.push(kv("net.core.wmem_max", &max.to_string()));
     l.receiver_sysctls.push(kv("net.ipv4.tcp_rmem", &format!("4096 131072 {max}")));
@@ -89,6 +115,7 @@ fn parallel(staggered: bool) -> Scenario {
             streams: 1,
             start_offset_ms: if staggered { i as f64 * rtt / 4.0 } else { 0.0 },
             rate_mbit: None,
+            client_port: None,
         })
         .collect();
     let (name, summary, exp) = if staggered {
@@ -129,9 +156,14 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut s = base("policer-burst", "one stream through a 500 Mbit/s policer with a 16 MB bucket at 10 ms RTT: a burst loss of half the window",
                 Some("000_2e9743cb0abe8e5d.txt"),
                 "Paper: 1 GB, one stream, 10 ms RTT, policer 500 Mbps with 16 MB burst. Here the same rate, bucket and RTT, but 300 MB by default (--bytes 1000000000 for the paper's 1 GB) and a 30 s cap. With the big bucket cwnd grows far past the 625 kB BDP before the bucket runs dry and a large part of the window is dropped at once. summary.efficiency = goodput / 500 Mbit/s.",
-                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
+                l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None, client_port: None }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
             s.expected.push(Expected::new("burst-loss", "policer", Some(0.3), None,
                 "000: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
+            s.expected.push(mechanism(
+                "policer",
+                Some(0.3),
+                "500 Mbit/s, 16 MiB bucket: the loss episode comes at the path's RTT, without queueing delay",
+            ));
             s
         }
         "parallel-4" => parallel(false),
@@ -143,7 +175,8 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             s.doc = "Not from a paper's figure but the case 001's analysis is for: the streams of one transfer settle at very different rates. Here the cause is a flaky path member (a LAG or ECMP link with errors) under sender 3 only: 0.2 % random loss on its link into the router; otherwise as parallel-4 (tbf 100 Mbit/s, 1/4 BDP drop-tail, 100 ms RTT, cubic, 15 s). By the Mathis model that stream holds ~3-6 Mbit/s while the others share the rest.".into();
             s.lab.path.lossy_sender = Some(LossySender { sender: 3, loss_ppm: 2000 });
             s.expected = vec![Expected::new("unfair", "loss-on-one-path", Some(3.0), None,
-                "the group is unfair from the first seconds on; the slowest stream is sender 3's, and it retransmits many times more than the others: its path loses packets (check that link, NIC, or ECMP member), staggering starts would not help")];
+                "the group is unfair from the first seconds on; the slowest stream is sender 3's, and it retransmits many times more than the others: its path loses packets (check that link, NIC, or ECMP member), staggering starts would not help"),
+                mechanism("lossy_member", None, "losses hit sender 3's stream alone, without RTT growth")];
             s
         }
         "lfn-buffer" => {
@@ -156,6 +189,11 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 l, one_flow(8.0));
             s.expected.push(Expected::new("limit", "receive-window", Some(0.0), Some(8.0),
                 "002: limited by the receiver's window, not the network; advice: raise net.ipv4.tcp_rmem max (and core.rmem_max) on the receiver to >= 2.5 x BDP (~6 MB)"));
+            s.expected.push(mechanism(
+                "sysctl",
+                Some(0.0),
+                "the receiver's net.ipv4.tcp_rmem maximum, not the application",
+            ));
             s
         }
         "tail-loss-rto" => {
@@ -218,7 +256,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 "Reported case (issue 11): py/tcpflow.py, 10 ms RTT, tbf 200 Mbit/s, default buffers. The receive buffer fills, the window closes, nothing is in flight and the sender holds unsent data: the receiver's stall, never the network's (no timeout, no retransmission, nothing outstanding). truth.injections zero-window has the real pause.",
                 lab(1, shaped(10.0, 200.0, None)),
                 Traffic::App(AppSpec { app: App::Socket, sender: 0, receiver: 0, streams: 1, duration_s: dur, bytes: None,
-                    recv_pause: Some(Pause { at_s: 2.0, for_s: pause }), rcvbuf: None, port: 5302 }));
+                    recv_pause: Some(Pause { at_s: 2.0, for_s: pause }), rcvbuf: None, port: 5302, sndbuf: None, client_port: None }));
             s.expected.push(Expected::new(
                 "stop",
                 "zero-window",
@@ -233,7 +271,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 "Reported case (issue 11), scaled from 1.5 GB to 300 MB (--bytes): python3 -m http.server in the sender namespace serves a sparse file, curl in the receiver namespace downloads it. The end of the transfer (last window draining, FIN, close) is no stop.",
                 lab(1, shaped(20.0, 400.0, None)),
                 Traffic::App(AppSpec { app: App::Http, sender: 0, receiver: 0, streams: 1, duration_s: 40.0, bytes: Some(300_000_000),
-                    recv_pause: None, rcvbuf: None, port: 8080 }));
+                    recv_pause: None, rcvbuf: None, port: 8080, sndbuf: None, client_port: None }));
             s.expected.push(Expected::new(
                 "none",
                 "healthy",
@@ -255,6 +293,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                     streams: 1,
                     start_offset_ms: 0.0,
                     rate_mbit: None,
+                    client_port: None,
                 })
                 .collect();
             let mut s = base("path-outage", "three hosts send to two destination prefixes; the path to one prefix fails for 3 s from 4 s: one path event, the other prefix untouched", None,
@@ -265,7 +304,10 @@ pub fn by_name(name: &str) -> Result<Scenario> {
                 "one path event naming 10.72.1.0/24 with all three of its connections (scope all) and none to 10.72.2.0/24; each member's stop is a network stop marked with the event"));
             s
         }
-        other => return Err(LabError::Invalid(format!("unknown scenario `{other}`; known: {}", NAMES.join(", ")))),
+        other => match crate::catalog_mech::by_name(other)? {
+            Some(s) => s,
+            None => return Err(LabError::Invalid(format!("unknown scenario `{other}`; known: {}", NAMES.join(", ")))),
+        },
     };
     Ok(s)
 }

@@ -39,7 +39,21 @@ pub fn run_in_quiet(ns: &str, args: &[&str]) {
 pub fn command_in(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]).args(args).stdin(Stdio::null());
+    unblock_signals(&mut c);
     c
+}
+
+/// The `lab` binary blocks SIGINT and SIGTERM in its threads (a signal thread waits for them) and
+/// a child inherits the mask: without this, the SIGINT that asks tcpdump to stop never arrived, it
+/// was killed 3 s later and its last buffer of packets was lost (the end of every capture of
+/// `lab run` and `lab fuzz`: a black hole's last retransmissions, the transfer's close).
+pub fn unblock_signals(c: &mut Command) {
+    // SAFETY: between fork and exec only sigprocmask runs, which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(c, || {
+            nix::sys::signal::SigSet::empty().thread_set_mask().map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Spawns `args` inside `ns` with stdout piped and stderr discarded.

@@ -2,7 +2,9 @@
 use crate::daemon::Daemon;
 use crate::error::{LabError, Result};
 use crate::fuzzjudge::{judge, Matrix, Verdict};
-pub use crate::fuzzplan::{draw, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
+pub use crate::fuzzplan::{draw, draw_base, draw_family, first_retry_after, Client, Plan, Rng, MAX_RATE_MBIT};
+use crate::mechanism::{mechanisms, MechTruth};
+use crate::mechjudge::{judge_mechanisms, MechMatrix, MechVerdict};
 use crate::stalls::{self, FlowTruth};
 use crate::topo::Family;
 use crate::traffic::Traffic;
@@ -26,6 +28,30 @@ pub struct FuzzOptions {
     /// Run every plan over this family instead of the drawn one (e.g. v4 to replay a campaign of
     /// the IPv4-only lab exactly).
     pub family: Option<Family>,
+    /// Plans as the lab drew them before congestion control, long RTTs and mechanism cases
+    /// ([`draw_base`]): to replay an older campaign exactly.
+    pub base_draws: bool,
+    /// A mechanism the run contains and no finding names, or one named where the run does not
+    /// contain it, fails the run. Off: counted in the mechanism matrix only (the daemon does not
+    /// name mechanisms yet).
+    pub judge_mechanism: bool,
+}
+
+impl Default for FuzzOptions {
+    fn default() -> Self {
+        FuzzOptions {
+            seed: 1,
+            runs: vec![0],
+            max_s: 40.0,
+            tcpvigil: PathBuf::from("tcpvigil"),
+            out_dir: PathBuf::from("lab-runs/fuzz"),
+            keep: false,
+            progress: false,
+            family: None,
+            base_draws: false,
+            judge_mechanism: std::env::var("TV_LAB_JUDGE_MECHANISM").is_ok_and(|v| v == "1"),
+        }
+    }
 }
 
 /// One judged run.
@@ -38,6 +64,9 @@ pub struct RunReport {
     pub error: Option<String>,
     pub seconds: f64,
     pub run_dir: Option<PathBuf>,
+    /// The mechanisms the run contains and what the findings named.
+    pub mechanisms: Vec<MechTruth>,
+    pub mech: MechVerdict,
 }
 
 impl RunReport {
@@ -52,6 +81,17 @@ pub struct Judged {
     pub flows: Vec<FlowTruth>,
     pub findings: Vec<serde_json::Value>,
     pub verdict: Verdict,
+    /// The mechanisms the run contains (injected, confirmed on the wire) and the judgement of the
+    /// findings' `mechanism` against them (failures only under `judge_mechanism`).
+    pub mechanisms: Vec<MechTruth>,
+    pub mech: MechVerdict,
+}
+
+impl Judged {
+    /// Makes the mechanism judgement fail the run (`--judge-mechanism`).
+    pub fn judge_mechanism(&mut self) {
+        self.verdict.failures.extend(self.mech.failures.iter().cloned());
+    }
 }
 
 /// Judges a finished run (its truth with a capture) against `all` the daemon wrote meanwhile: the
@@ -75,7 +115,70 @@ pub fn judge_run(truth: &crate::Truth, all: Vec<serde_json::Value>, rtt_s: f64) 
     let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
     mark_after_close(&mut flows, truth);
     let verdict = judge(&flows, &findings, rtt_s);
-    Ok(Judged { flows, findings, verdict })
+    let mechanisms = mechanisms(truth, &crate::wire::wires(&segs, |ip| senders.contains(ip)));
+    let mech = judge_mechanisms(&mechanisms, &findings);
+    Ok(Judged { flows, findings, verdict, mechanisms, mech })
+}
+
+/// A judged run as text: every connection's truth stalls, the daemon's stops on it, the failures
+/// and notes (`lab run NAME --judge`).
+pub fn judged_text(j: &Judged) -> String {
+    let reported = crate::fuzzjudge::group_stops(&j.findings);
+    let mut s = String::new();
+    for f in &j.flows {
+        s += &format!("{} -> {}: {} bytes acked, mss {}\n", f.local, f.remote, f.bytes_acked, f.mss);
+        for st in &f.stalls {
+            s += &format!(
+                "  truth  {:<11} {:<14} {:>7.3} s from +{:.3} ({:?}{})\n",
+                st.owner.as_str(),
+                st.cause,
+                st.duration(),
+                st.start - f.first,
+                st.level,
+                if st.cut { ", cut" } else { "" }
+            );
+        }
+        for r in reported.iter().filter(|r| r.local == f.local.to_string() && r.remote == f.remote.to_string()) {
+            s += &format!(
+                "  daemon stop {:>7.3} s from +{:.3}{} first reported +{:.3}: {:?}\n",
+                r.end - r.start,
+                r.start - f.first,
+                if r.ended { "" } else { " (ongoing)" },
+                r.first_ts - r.start,
+                r.reports
+            );
+        }
+    }
+    let other: Vec<&serde_json::Value> = j.findings.iter().filter(|f| f["kind"] != "stop").collect();
+    for f in other {
+        s += &format!(
+            "finding {} {} {} mechanism {}\n",
+            f["kind"].as_str().unwrap_or("?"),
+            f["cause"].as_str().unwrap_or("?"),
+            f["conn"]["local"].as_str().unwrap_or(""),
+            f["mechanism"].as_str().unwrap_or("-")
+        );
+    }
+    for m in &j.mechanisms {
+        s += &format!(
+            "mechanism {} ({}{}): {}\n",
+            m.mechanism,
+            if m.required { "the run's" } else { "background" },
+            if m.unconfirmed { ", not on the wire" } else { "" },
+            m.evidence
+        );
+    }
+    for (m, o) in &j.mech.outcomes {
+        s += &format!("mechanism {m}: {o:?}\n");
+    }
+    for n in j.verdict.notes.iter().chain(j.mech.notes.iter()) {
+        s += &format!("note: {n}\n");
+    }
+    for x in &j.verdict.failures {
+        s += &format!("FAIL: {x}\n");
+    }
+    s += if j.verdict.failures.is_empty() { "verdict: pass\n" } else { "verdict: FAIL\n" };
+    s
 }
 
 /// When the sending application closes its sockets by the run's schedule (iperf3 -t, the socket
@@ -101,28 +204,38 @@ fn mark_after_close(flows: &mut [FlowTruth], truth: &crate::Truth) {
     }
 }
 
+/// Runs `sc` beside `daemon` with a capture at the senders into `run_dir`: its truth and every
+/// finding the daemon wrote meanwhile (and in the 2 s after: its end reports follow its next look).
+pub fn run_beside(
+    sc: &crate::Scenario,
+    daemon: &Daemon,
+    run_dir: &std::path::Path,
+    progress: bool,
+) -> Result<(crate::Truth, Vec<serde_json::Value>)> {
+    let ro = RunOptions {
+        out_dir: run_dir.parent().map(std::path::Path::to_path_buf).unwrap_or_default(),
+        run_dir: Some(run_dir.to_path_buf()),
+        capture: true,
+        ss_interval_ms: 0,
+        progress,
+    };
+    sc.run_with(
+        &ro,
+        |_| Ok(daemon.offset()),
+        |off, _lab, _truth| {
+            std::thread::sleep(Duration::from_millis(2000));
+            Ok(daemon.findings_since(off))
+        },
+    )
+}
+
 /// Runs one plan beside `daemon` and judges it.
 fn one(plan: &Plan, daemon: &mut Daemon, opts: &FuzzOptions) -> RunReport {
     let t = Instant::now();
     let sc = plan.scenario();
     let run_dir = opts.out_dir.join(&sc.name);
     let _ = std::fs::remove_dir_all(&run_dir);
-    let ro = RunOptions {
-        out_dir: opts.out_dir.clone(),
-        run_dir: Some(run_dir.clone()),
-        capture: true,
-        ss_interval_ms: 0,
-        progress: false,
-    };
-    let res = sc.run_with(
-        &ro,
-        |_| Ok(daemon.offset()),
-        |off, _lab, _truth| {
-            // The daemon's end reports follow its next look (snapshots every second).
-            std::thread::sleep(Duration::from_millis(2000));
-            Ok(daemon.findings_since(off))
-        },
-    );
+    let res = run_beside(&sc, daemon, &run_dir, false);
     let mut rep = RunReport {
         plan: plan.clone(),
         verdict: Verdict::default(),
@@ -130,30 +243,24 @@ fn one(plan: &Plan, daemon: &mut Daemon, opts: &FuzzOptions) -> RunReport {
         error: None,
         seconds: 0.0,
         run_dir: Some(run_dir.clone()),
+        mechanisms: Vec::new(),
+        mech: MechVerdict::default(),
     };
     match res {
         Err(e) => rep.error = Some(e.to_string()),
-        Ok((truth, all)) => {
-            let mut mine = Vec::new();
-            match judge_run(&truth, all, f64::from(plan.rtt_ms) / 1e3) {
-                Ok(j) => {
-                    (rep.flows, rep.verdict) = (j.flows, j.verdict);
-                    mine = j.findings;
-                    if rep.flows.is_empty() {
-                        rep.error = Some("the capture holds no connection that moved 64 kB".into());
-                    }
+        Ok((truth, all)) => match judge_run(&truth, all, f64::from(plan.rtt_ms) / 1e3) {
+            Ok(mut j) => {
+                if opts.judge_mechanism {
+                    j.judge_mechanism();
                 }
-                Err(e) => rep.error = Some(e),
+                let _ = std::fs::write(run_dir.join("fuzz.json"), fuzz_json(Some(plan), &j));
+                (rep.flows, rep.verdict, rep.mechanisms, rep.mech) = (j.flows, j.verdict, j.mechanisms, j.mech);
+                if rep.flows.is_empty() {
+                    rep.error = Some("the capture holds no connection that moved 64 kB".into());
+                }
             }
-            let _ = std::fs::write(
-                run_dir.join("fuzz.json"),
-                serde_json::to_string_pretty(&serde_json::json!({
-                    "plan": plan, "flows": rep.flows, "failures": rep.verdict.failures,
-                    "notes": rep.verdict.notes, "cells": rep.verdict.cells, "findings": mine,
-                }))
-                .unwrap_or_default(),
-            );
-        }
+            Err(e) => rep.error = Some(e),
+        },
     }
     if !daemon.alive() {
         rep.error = Some("tcpvigil run exited".into());
@@ -181,8 +288,9 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
         if crate::runner::STOP.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(LabError::Interrupted);
         }
-        let mut plan = draw(opts.seed, k, opts.max_s);
-        plan.family = opts.family.unwrap_or(plan.family);
+        let mut plan =
+            if opts.base_draws { draw_base(opts.seed, k, opts.max_s) } else { draw(opts.seed, k, opts.max_s) };
+        plan.set_family(opts.family.unwrap_or(plan.family));
         let rep = one(&plan, &mut daemon, opts);
         matrix.add(&rep.verdict.cells);
         each(&rep);
@@ -196,14 +304,26 @@ pub fn campaign(opts: &FuzzOptions, mut each: impl FnMut(&RunReport)) -> Result<
 }
 
 /// Judges a kept run directory again (its fuzz.json and capture) with the current truth and judge,
-/// e.g. after the truth was corrected: (plan, verdict).
-pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
+/// e.g. after the truth was corrected: (what ran, verdict). A `lab run --judge` directory has no
+/// plan: its truth.json names the scenario and the RTT.
+pub fn rejudge(dir: &std::path::Path) -> Result<(String, Judged)> {
     let f = dir.join("fuzz.json");
     let text = std::fs::read_to_string(&f).map_err(|e| LabError::io(format!("read {}", f.display()), e))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| LabError::Parse { what: f.display().to_string(), detail: e.to_string() })?;
-    let plan: Plan = serde_json::from_value(v["plan"].clone())
-        .map_err(|e| LabError::Parse { what: format!("{} plan", f.display()), detail: e.to_string() })?;
+    // Runs kept before the truth carried the schedule are judged without the after-close rule.
+    let truth = std::fs::read_to_string(dir.join("truth.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::Truth>(&t).ok());
+    let (what, rtt_s) = match (&v["plan"], &truth) {
+        (p, _) if !p.is_null() => {
+            let plan: Plan = serde_json::from_value(p.clone())
+                .map_err(|e| LabError::Parse { what: format!("{} plan", f.display()), detail: e.to_string() })?;
+            (format!("seed {} run {}: {}", plan.seed, plan.run, plan.describe()), f64::from(plan.rtt_ms) / 1e3)
+        }
+        (_, Some(t)) => (t.scenario.clone(), t.config.path.rtt_ms() / 1e3),
+        _ => return Err(LabError::Invalid(format!("{}: no plan and no truth.json", dir.display()))),
+    };
     let senders: Vec<std::net::IpAddr> = v["flows"]
         .as_array()
         .into_iter()
@@ -213,14 +333,32 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(Plan, Verdict)> {
     let findings: Vec<serde_json::Value> = v["findings"].as_array().cloned().unwrap_or_default();
     let segs = crate::pcap::read(&dir.join("capture-s0.pcap"))?;
     let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);
-    // Runs kept before the truth carried the schedule are judged without the after-close rule.
-    let truth = std::fs::read_to_string(dir.join("truth.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<crate::Truth>(&t).ok());
     if let Some(t) = &truth {
         mark_after_close(&mut flows, t);
     }
-    Ok((plan.clone(), judge(&flows, &findings, f64::from(plan.rtt_ms) / 1e3)))
+    let verdict = judge(&flows, &findings, rtt_s);
+    let mechanisms = truth
+        .as_ref()
+        .map(|t| {
+            let hosts: Vec<std::net::IpAddr> =
+                t.senders.iter().flat_map(|h| [h.ip(Family::V4), h.ip(Family::V6)]).collect();
+            mechanisms(t, &crate::wire::wires(&segs, |ip| hosts.contains(ip)))
+        })
+        .unwrap_or_default();
+    let mech = judge_mechanisms(&mechanisms, &findings);
+    Ok((what, Judged { flows, findings, verdict, mechanisms, mech }))
+}
+
+/// What a judged run leaves in its directory beside truth.json (what `rejudge` reads).
+pub fn fuzz_json(plan: Option<&Plan>, j: &Judged) -> String {
+    let outcomes: Vec<String> = j.mech.outcomes.iter().map(|(m, o)| format!("{m}: {o:?}")).collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "plan": plan, "flows": j.flows, "failures": j.verdict.failures,
+        "notes": j.verdict.notes, "cells": j.verdict.cells, "findings": j.findings,
+        "mechanisms": j.mechanisms, "mechanism_outcomes": outcomes, "mechanism_notes": j.mech.notes,
+        "mechanism_failures": j.mech.failures,
+    }))
+    .unwrap_or_default()
 }
 
 /// The campaign's result as text: the matrix, the failing runs with their replay command, the time.
@@ -238,6 +376,15 @@ pub fn summary(opts: &FuzzOptions, m: &Matrix, reports: &[RunReport], secs: f64)
         m.render()
     );
     s += "\nRows: truth from the capture (owner/cause; \"(short)\": under 1.3 x the stop threshold + 100 ms or before 2 MiB, a report allowed, not required; \"none\": no stall there). Columns: the daemon's report (first owner->last owner/cause when they differ).\n";
+    let mut mm = MechMatrix::default();
+    for r in reports {
+        mm.add(&r.mech.outcomes);
+    }
+    s += &format!(
+        "\nMechanisms ({}): per run, what the findings' `mechanism` named against what the run contains (injected and seen on the wire). \"background\": present without being the run's case (ordinary queue drops, random loss on the whole path, a sysctl ceiling the path reaches), naming it is right, not naming it no miss.\n\n{}",
+        if opts.judge_mechanism { "judged: a miss or a wrong name fails the run" } else { "counted, not judged: --judge-mechanism makes a miss fail" },
+        mm.render()
+    );
     for r in &failed {
         s += &format!(
             "\nFAILED seed {} run {}: {}\n  replay: lab fuzz --seed {} --run {}\n",

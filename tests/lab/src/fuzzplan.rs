@@ -83,6 +83,17 @@ pub struct Plan {
     /// application-limited sender whose pipe empties between bursts), from a stream of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_rate_mbit: Option<u32>,
+    /// Congestion control of every connection (iperf3 -C and the hosts' routes), from a stream of
+    /// its own. None (plans saved before it): iperf3 cubic, the other clients the host default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
+    /// When a long RTT (200-300 ms, from a stream of its own) replaced the drawn one: the drawn one
+    /// (`rtt_ms`, the queue and the download's size follow the long one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drawn_rtt_ms: Option<u32>,
+    /// The loss or limit mechanism of the run (`fuzzcase`), from a stream of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case: Option<crate::fuzzcase::Case>,
 }
 
 fn round(x: f64, step: f64) -> f64 {
@@ -92,7 +103,7 @@ fn round(x: f64, step: f64) -> f64 {
 /// When the first retransmission after an outage of `len` s gets through: RTOs back off from
 /// `rto0` (200 ms + RTT), doubling.
 pub fn first_retry_after(len: f64, rto0: f64) -> f64 {
-    let (mut t, mut rto) = (0.0, rto0);
+    let (mut t, mut rto) = (0.0, rto0.max(0.2));
     while t < len {
         t += rto;
         rto = (rto * 2.0).min(120.0);
@@ -100,7 +111,7 @@ pub fn first_retry_after(len: f64, rto0: f64) -> f64 {
     t - len
 }
 
-fn run_seed(seed: u64, run: u32) -> u64 {
+pub(crate) fn run_seed(seed: u64, run: u32) -> u64 {
     seed ^ u64::from(run).wrapping_mul(0xd6e8_feb8_6659_fd93)
 }
 
@@ -124,8 +135,17 @@ pub fn draw_app_rate(seed: u64, run: u32, rate_mbit: u32, streams: u32) -> Optio
 }
 
 /// Draws run `run` of campaign `seed`; `max_s` caps the traffic's length (CI's slice), shortening
-/// outages and pauses to fit.
+/// outages and pauses to fit: the plan of [`draw_base`] with its congestion control, a long RTT
+/// now and then and a mechanism case, each from a stream of its own ([`crate::fuzzcase`]).
 pub fn draw(seed: u64, run: u32, max_s: f64) -> Plan {
+    let mut p = draw_base(seed, run, max_s);
+    crate::fuzzcase::extend(&mut p, max_s);
+    p
+}
+
+/// The draws of the lab before congestion control, long RTTs and mechanism cases were drawn: every
+/// plan of a seed as it was (the family and the application-limited rate included).
+pub fn draw_base(seed: u64, run: u32, max_s: f64) -> Plan {
     let mut r = Rng::new(run_seed(seed, run));
     let rtt_ms = r.log_uniform(5.0, 200.0).round() as u32;
     let rate_mbit = r.log_uniform(20.0, MAX_RATE_MBIT).round() as u32;
@@ -163,14 +183,7 @@ pub fn draw(seed: u64, run: u32, max_s: f64) -> Plan {
         pick(k, &mut r);
     }
     let duration_s = round((tail + 3.0).max(8.0).min(max_s.max(8.0)), 0.1);
-    // The download's size: about 6 s at what the path can carry (the bottleneck, or Mathis' bound
-    // under random loss, or a 16 MB window per RTT), 2-600 MB.
-    let bytes = (client == Client::Http).then(|| {
-        let rtt = f64::from(rtt_ms) / 1e3;
-        let mathis = if loss_pct > 0.0 { 1.22 * 1448.0 * 8.0 / (rtt * (loss_pct / 100.0).sqrt()) } else { f64::MAX };
-        let bps = (f64::from(rate_mbit) * 1e6 * 0.8).min(mathis).min(16e6 * 8.0 / rtt);
-        ((bps / 8.0 * 6.0 / f64::from(streams)).clamp(2e6, 600e6)) as u64
-    });
+    let bytes = (client == Client::Http).then(|| http_bytes(rtt_ms, rate_mbit, loss_pct, streams, f64::MAX));
     Plan {
         seed,
         run,
@@ -187,10 +200,51 @@ pub fn draw(seed: u64, run: u32, max_s: f64) -> Plan {
         bytes,
         family: draw_family(seed, run),
         app_rate_mbit: (client == Client::Iperf3).then(|| draw_app_rate(seed, run, rate_mbit, streams)).flatten(),
+        cc: None,
+        drawn_rtt_ms: None,
+        case: None,
     }
 }
 
+/// The download's size: about 6 s at what the path can carry (the bottleneck, or Mathis' bound
+/// under random loss, or a 16 MB window per RTT, or `cap_bps`), 2-600 MB.
+pub(crate) fn http_bytes(rtt_ms: u32, rate_mbit: u32, loss_pct: f64, streams: u32, cap_bps: f64) -> u64 {
+    let rtt = f64::from(rtt_ms) / 1e3;
+    let mathis = if loss_pct > 0.0 { 1.22 * 1448.0 * 8.0 / (rtt * (loss_pct / 100.0).sqrt()) } else { f64::MAX };
+    let bps = (f64::from(rate_mbit) * 1e6 * 0.8).min(mathis).min(16e6 * 8.0 / rtt).min(cap_bps);
+    ((bps / 8.0 * 6.0 / f64::from(streams)).clamp(2e6, 600e6)) as u64
+}
+
 impl Plan {
+    /// How long the clients send: until the last event's end (an outage or a black hole: plus the
+    /// first backed-off retransmission after it) + 3 s, at least 8 s, at most `max_s`.
+    pub fn length(&self, max_s: f64) -> f64 {
+        let rto0 = 0.2 + f64::from(self.rtt_ms) / 1e3;
+        let mut tail: f64 = 0.0;
+        if let Some((at, len, _)) = self.outage {
+            tail = tail.max(at + len + first_retry_after(len, rto0));
+        }
+        for (at, len) in self.recv_pause.iter().chain(self.send_pause.iter()) {
+            tail = tail.max(at + len);
+        }
+        if let Some(t) = self.case.as_ref().and_then(|c| c.tail(rto0)) {
+            tail = tail.max(t);
+        }
+        round((tail + 3.0).max(8.0).min(max_s.max(8.0)), 0.1)
+    }
+
+    /// Runs the plan over family `f` (an MTU case below IPv6's 1280 is raised to it there).
+    pub fn set_family(&mut self, f: Family) {
+        self.family = f;
+        if let (
+            Family::V6,
+            Some(crate::fuzzcase::Case::MtuDrop { mtu, .. } | crate::fuzzcase::Case::MtuFromStart { mtu, .. }),
+        ) = (f, self.case.as_mut())
+        {
+            *mtu = (*mtu).max(crate::topo::IPV6_MIN_MTU);
+        }
+    }
+
     /// One line: what this run does.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -209,6 +263,15 @@ impl Plan {
         }
         if let Some(m) = self.app_rate_mbit {
             s += &format!(", app-limited {m} Mbit/s per stream");
+        }
+        if let Some(cc) = &self.cc {
+            s += &format!(", {cc}");
+        }
+        if let Some(r) = self.drawn_rtt_ms {
+            s += &format!(" (rtt long, drawn {r} ms)");
+        }
+        if let Some(c) = &self.case {
+            s += &format!(", {}", c.describe());
         }
         if let Some((at, len, dir)) = self.outage {
             s += &format!(
@@ -255,10 +318,11 @@ impl Plan {
                     streams: self.streams,
                     start_offset_ms: 0.0,
                     rate_mbit: self.app_rate_mbit.map(f64::from),
+                    client_port: None,
                 }],
                 duration_s: self.duration_s,
                 bytes: None,
-                cc: Some("cubic".into()),
+                cc: Some(self.cc.clone().unwrap_or_else(|| "cubic".into())),
             },
             Client::Socket | Client::Http => Traffic::App(AppSpec {
                 app: if self.client == Client::Socket { App::Socket } else { App::Http },
@@ -270,6 +334,8 @@ impl Plan {
                 recv_pause: None,
                 rcvbuf: None,
                 port: 8080,
+                sndbuf: None,
+                client_port: None,
             }),
         };
         let mut events = Vec::new();
@@ -282,7 +348,8 @@ impl Plan {
         if let Some((at_s, for_s)) = self.send_pause {
             events.push(Event::AppPause { at_s, for_s, side: Side::Sender });
         }
-        Scenario {
+        lab.cc = self.cc.clone();
+        let mut sc = Scenario {
             name: format!("fuzz-{}-{}", self.seed, self.run),
             summary: self.describe(),
             paper: None,
@@ -291,7 +358,11 @@ impl Plan {
             traffic,
             events,
             expected: Vec::new(),
+        };
+        if let Some(c) = &self.case {
+            c.apply(self, &mut sc);
         }
+        sc
     }
 }
 
@@ -305,7 +376,8 @@ mod tests {
         assert_ne!(draw(7, 3, 40.0), draw(7, 4, 40.0));
         let plans: Vec<Plan> = (0..300).map(|k| draw(11, k, 40.0)).collect();
         for p in &plans {
-            assert!((5..=200).contains(&p.rtt_ms), "{p:?}");
+            assert!((5..=300).contains(&p.rtt_ms), "{p:?}");
+            assert!(p.drawn_rtt_ms.is_none_or(|d| (5..=200).contains(&d) && p.rtt_ms >= 200), "{p:?}");
             assert!((20..=600).contains(&p.rate_mbit), "{p:?}");
             assert!(p.duration_s >= 8.0 && p.duration_s <= 40.0, "{p:?}");
             if let Some((_, len, _)) = p.outage {
@@ -369,10 +441,29 @@ mod tests {
             (2026, 8, 9.0, "Iperf3 x2 rtt 74 ms, 340 Mbit/s, queue 5669 kB, loss 0.053 %, 8.0 s, outage both 0.69 s at 3.13"),
         ];
         for (seed, run, max, want) in old {
-            let mut p = draw(seed, run, max);
+            let mut p = draw_base(seed, run, max);
             p.app_rate_mbit = None;
             assert_eq!(p.describe(), format!("{} {want}", p.family.as_str()), "seed {seed} run {run}");
         }
+    }
+
+    #[test]
+    fn the_base_draws_are_every_plan_the_lab_drew_before_mechanism_cases() {
+        // FNV-1a of the JSON of 1400 plans (seeds 1, 7, 11, 23, 31, 37, 2026; runs 0-99; at 40 s
+        // and 9 s) as `draw` made them at commit 656acd0, before congestion control, long RTTs and
+        // mechanism cases were drawn (the README's campaigns and CI's slice among them).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for seed in [1u64, 7, 11, 23, 31, 37, 2026] {
+            for max in [40.0, 9.0] {
+                for run in 0..100 {
+                    let json = serde_json::to_string(&draw_base(seed, run, max)).unwrap_or_default();
+                    for b in json.bytes() {
+                        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                    }
+                }
+            }
+        }
+        assert_eq!(h, 0x0586_a0e2_917d_2238);
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub struct LabConfig {
     /// The family the traffic (and the delay trim's ping) uses; every host has both addresses.
     #[serde(default)]
     pub family: Family,
+    /// Congestion control of every connection of the end hosts (`congctl` on their routes): cubic,
+    /// reno, bbr. None: the host's default (iperf3 scenarios still pass their own `-C`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
 }
 
 impl LabConfig {
@@ -38,6 +42,32 @@ impl LabConfig {
         }
         if self.family == Family::V6 && self.path.retx_drop.is_some() {
             return Err(LabError::Invalid("the targeted drop (retx_drop) handles IPv4 only".into()));
+        }
+        if let Some(m) = self.path.next_mtu {
+            self.check_mtu_drop(m.mtu)?;
+        }
+        if let Some(cc) = &self.cc {
+            if cc.is_empty() || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(LabError::Invalid(format!("congestion control `{cc}` is no kernel CC name")));
+            }
+        }
+        Ok(())
+    }
+
+    /// An MTU the receivers' links can drop to: below the lab's own, and for IPv6 traffic not below
+    /// IPv6's 1280 (a smaller MTU takes IPv6 off the link: an outage, not a black hole).
+    pub fn check_mtu_drop(&self, mtu: u32) -> Result<()> {
+        path::check_mtu(mtu)?;
+        if mtu >= self.topo.mtu {
+            return Err(LabError::Invalid(format!(
+                "an MTU drop to {mtu} is no drop from the links' {}",
+                self.topo.mtu
+            )));
+        }
+        if self.family == Family::V6 && mtu < IPV6_MIN_MTU {
+            return Err(LabError::Invalid(format!(
+                "IPv6 traffic needs the next link's MTU at {IPV6_MIN_MTU} or more, not {mtu}"
+            )));
         }
         Ok(())
     }
@@ -100,6 +130,17 @@ impl Lab {
             for (k, v) in &cfg.receiver_sysctls {
                 topo.sysctl(&h.netns, k, v)?;
             }
+        }
+        if let Some(cc) = &cfg.cc {
+            let have =
+                std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
+            if !have.split_whitespace().any(|c| c == cc) {
+                return Err(LabError::Missing(format!(
+                    "congestion control {cc} (have: {}; modprobe tcp_{cc})",
+                    have.trim()
+                )));
+            }
+            topo.set_cc(cc)?;
         }
         let path = path::apply(&topo, &cfg.path, work_dir)?;
         let mut lab =

@@ -42,6 +42,16 @@ enum Cmd {
         /// No progress on stderr.
         #[arg(long, short)]
         quiet: bool,
+        /// Run beside a live `tcpvigil run` with a capture and judge its reports as `lab fuzz`
+        /// does (exit 1 on a failure).
+        #[arg(long)]
+        judge: bool,
+        /// The tcpvigil binary for --judge (default: next to lab in target/{release,debug}).
+        #[arg(long, requires = "judge")]
+        tcpvigil: Option<PathBuf>,
+        /// With --judge: a mechanism the run contains that no finding names fails it too.
+        #[arg(long, requires = "judge")]
+        judge_mechanism: bool,
         #[command(flatten)]
         knobs: Box<Knobs>,
     },
@@ -57,6 +67,9 @@ enum Cmd {
         /// Replay only run K of the seed (as printed for a failing run).
         #[arg(long)]
         run: Option<u32>,
+        /// The first run (with --runs N: runs K..K+N), to split a campaign into batches.
+        #[arg(long, default_value_t = 0, conflicts_with = "run")]
+        first: u32,
         /// Cap on each run's traffic in seconds (longer outages and pauses are shortened to fit).
         #[arg(long, default_value_t = 40.0)]
         max_seconds: f64,
@@ -72,11 +85,24 @@ enum Cmd {
         /// IPv4-only lab exactly).
         #[arg(long, value_enum)]
         family: Option<tcpvigil_lab::Family>,
+        /// Plans as drawn before congestion control, long RTTs and mechanism cases (replays an
+        /// older campaign exactly).
+        #[arg(long)]
+        base_draws: bool,
+        /// A mechanism the run contains that no finding names, or one named where it is absent,
+        /// fails the run (default: counted in the mechanism matrix only; TV_LAB_JUDGE_MECHANISM=1
+        /// sets it too).
+        #[arg(long)]
+        judge_mechanism: bool,
     },
-    /// Judge kept `lab fuzz` run directories again with the current truth and judge.
+    /// Judge kept `lab fuzz` (or `lab run --judge`) run directories again with the current truth
+    /// and judge.
     Rejudge {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// A missed or wrongly named mechanism fails the run too.
+        #[arg(long)]
+        judge_mechanism: bool,
     },
     /// Print the truth stalls of a capture (pcap) at a sender: every connection of the --sender addresses.
     Stalls {
@@ -189,6 +215,39 @@ fn run(name: &str, opts: RunOptions, knobs: &Knobs) -> Result<ExitCode, (u8, any
     }
 }
 
+/// `lab run NAME --judge`: the scenario beside the daemon, judged against its capture.
+fn judged_run(
+    name: &str,
+    out: &std::path::Path,
+    run_dir: Option<PathBuf>,
+    bin: Option<&std::path::Path>,
+    knobs: &Knobs,
+    progress: bool,
+    judge_mechanism: bool,
+) -> Result<ExitCode, (u8, anyhow::Error)> {
+    let mut sc = Scenario::by_name(name).map_err(|e| (2, e.into()))?;
+    sc.apply_knobs(knobs).map_err(|e| (2, e.into()))?;
+    lab::check_prerequisites().map_err(|e| (2, e.into()))?;
+    let bin = tcpvigil_lab::daemon::find_binary(bin).map_err(|e| (2, e.into()))?;
+    let dir = run_dir.unwrap_or_else(|| out.join(format!("{name}-judged-{}", std::process::id())));
+    let daemon = tcpvigil_lab::daemon::Daemon::start(&bin, &dir.join("daemon")).map_err(|e| (1, e.into()))?;
+    let (truth, all) = match fuzz::run_beside(&sc, &daemon, &dir, progress) {
+        Ok(x) => x,
+        Err(LabError::Interrupted) => return Ok(ExitCode::from(130)),
+        Err(e) => return Err((1, e.into())),
+    };
+    drop(daemon);
+    let mut j = fuzz::judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).map_err(|e| (1, anyhow::anyhow!(e)))?;
+    if judge_mechanism {
+        j.judge_mechanism();
+    }
+    let text = fuzz::judged_text(&j);
+    let _ = std::fs::write(dir.join("fuzz.json"), fuzz::fuzz_json(None, &j));
+    let _ = std::fs::write(dir.join("judged.txt"), &text);
+    println!("{text}\nrun dir       {}", dir.display());
+    Ok(if j.verdict.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 fn fuzz_cmd(opts: fuzz::FuzzOptions) -> Result<ExitCode, (u8, anyhow::Error)> {
     let total = opts.runs.len();
     let started = std::time::Instant::now();
@@ -225,11 +284,27 @@ fn main() -> ExitCode {
     }
     let result: Result<ExitCode, (u8, anyhow::Error)> = match cli.cmd {
         Cmd::List { json } => list(json).map(|_| ExitCode::SUCCESS).map_err(|e| (1, e)),
-        Cmd::Run { scenario, out, run_dir, capture, ss_interval_ms, quiet, knobs } => {
-            let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
-            run(&scenario, opts, &knobs)
+        Cmd::Run {
+            scenario,
+            out,
+            run_dir,
+            capture,
+            ss_interval_ms,
+            quiet,
+            judge,
+            tcpvigil,
+            judge_mechanism,
+            knobs,
+        } => {
+            if judge {
+                let mech = judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism;
+                judged_run(&scenario, &out, run_dir, tcpvigil.as_deref(), &knobs, !quiet, mech)
+            } else {
+                let opts = RunOptions { out_dir: out, run_dir, capture, ss_interval_ms, progress: !quiet };
+                run(&scenario, opts, &knobs)
+            }
         }
-        Cmd::Fuzz { runs, seed, run, max_seconds, tcpvigil, out, keep, family } => {
+        Cmd::Fuzz { runs, seed, run, first, max_seconds, tcpvigil, out, keep, family, base_draws, judge_mechanism } => {
             if !(8.0..=600.0).contains(&max_seconds) {
                 Err((2, anyhow::anyhow!("--max-seconds {max_seconds} not in 8..=600")))
             } else {
@@ -237,42 +312,53 @@ fn main() -> ExitCode {
                     Err(e) => Err((2, e.into())),
                     Ok(bin) => fuzz_cmd(fuzz::FuzzOptions {
                         seed,
-                        runs: run.map(|k| vec![k]).unwrap_or_else(|| (0..runs).collect()),
+                        runs: run.map(|k| vec![k]).unwrap_or_else(|| (first..first.saturating_add(runs)).collect()),
                         max_s: max_seconds,
                         tcpvigil: bin,
                         out_dir: out,
                         keep,
                         progress: true,
                         family,
+                        base_draws,
+                        judge_mechanism: judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism,
                     }),
                 }
             }
         }
-        Cmd::Rejudge { dirs } => {
+        Cmd::Rejudge { dirs, judge_mechanism } => {
             let mut failed = 0;
             let mut m = tcpvigil_lab::fuzzjudge::Matrix::default();
+            let mut mm = tcpvigil_lab::mechjudge::MechMatrix::default();
             let mut res = Ok(());
             for d in &dirs {
                 match fuzz::rejudge(d) {
-                    Ok((plan, v)) => {
-                        m.add(&v.cells);
-                        let ok = v.failures.is_empty();
+                    Ok((what, mut j)) => {
+                        if judge_mechanism || fuzz::FuzzOptions::default().judge_mechanism {
+                            j.judge_mechanism();
+                        }
+                        m.add(&j.verdict.cells);
+                        mm.add(&j.mech.outcomes);
+                        let ok = j.verdict.failures.is_empty();
                         failed += usize::from(!ok);
-                        println!(
-                            "seed {} run {}: {} -> {}",
-                            plan.seed,
-                            plan.run,
-                            plan.describe(),
-                            if ok { "pass" } else { "FAIL" }
-                        );
-                        for f in &v.failures {
+                        println!("{what} -> {}", if ok { "pass" } else { "FAIL" });
+                        for f in &j.verdict.failures {
                             println!("  {f}");
+                        }
+                        for t in &j.mechanisms {
+                            let how = if t.required {
+                                "the run's"
+                            } else if t.unconfirmed {
+                                "not on the wire"
+                            } else {
+                                "background"
+                            };
+                            println!("  mechanism {} ({how}): {}", t.mechanism, t.evidence);
                         }
                     }
                     Err(e) => res = Err((2, anyhow::anyhow!("{}: {e}", d.display()))),
                 }
             }
-            println!("\n{}", m.render());
+            println!("\n{}\n{}", m.render(), mm.render());
             res.map(|_| if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Cmd::Stalls { pcap, sender } => match tcpvigil_lab::pcap::read(&pcap) {

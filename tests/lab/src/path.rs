@@ -102,6 +102,32 @@ pub struct PathConfig {
     /// Random loss on one sender's link only (a flaky member of a LAG or ECMP group).
     #[serde(default)]
     pub lossy_sender: Option<LossySender>,
+    /// Random loss on one connection only (its 5-tuple hashed onto a flaky member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lossy_lane: Option<LossyLane>,
+    /// The receivers' links on the router at a smaller MTU from the start (before any traffic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_mtu: Option<MtuDrop>,
+}
+
+/// Random forward loss on the packets of one connection: those whose TCP source or destination
+/// port is `port`, a client port the lab binds (iperf3 --cport, the socket pair's and curl's local
+/// port). Stands for one flow that an ECMP or LAG hash put on a member with errors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossyLane {
+    pub port: u16,
+    /// Loss in parts per million.
+    pub loss_ppm: u32,
+}
+
+/// The router's links towards the receivers at `mtu` (a tunnel's or a misconfigured next link),
+/// with the router's ICMP "fragmentation needed" (IPv4) and "packet too big" (IPv6) dropped when
+/// `filter_icmp`: full-size segments vanish without a word, a path MTU black hole. Without the
+/// filter path MTU discovery works and the sender shrinks its segments.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MtuDrop {
+    pub mtu: u32,
+    pub filter_icmp: bool,
 }
 
 /// Random forward loss on the link of one sender.
@@ -145,7 +171,24 @@ impl PathConfig {
                 }
             }
         }
+        if let Some(l) = self.lossy_lane {
+            if l.port == 0 || l.loss_ppm > 1_000_000 {
+                return Err(LabError::Invalid(format!("lossy lane {l:?} out of range")));
+            }
+        }
+        if let Some(m) = self.next_mtu {
+            check_mtu(m.mtu)?;
+        }
         Ok(())
+    }
+}
+
+/// An MTU the router's links can take (IPv4's 576 to the lab's 9000).
+pub fn check_mtu(mtu: u32) -> Result<()> {
+    if (576..=9000).contains(&mtu) {
+        Ok(())
+    } else {
+        Err(LabError::Invalid(format!("MTU {mtu} not in 576..=9000")))
     }
 }
 
@@ -155,6 +198,10 @@ pub struct AppliedPath {
     fwd_ifs: Vec<String>,
     delays: Vec<(Dir, DelayLine)>,
     retx: bool,
+    /// The links' MTU before a drop (restored by `mtu_restore`).
+    link_mtu: u32,
+    /// The ICMP filter of an MTU black hole is in place.
+    icmp_filtered: std::sync::atomic::AtomicBool,
 }
 
 /// One `inet` table: its rules see IPv4 and IPv6 packets alike.
@@ -175,7 +222,14 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
     let r = topo.router.clone();
     let fwd_ifs: Vec<String> = topo.receivers.iter().map(|h| h.router_ifname.clone()).collect();
     let rev_ifs: Vec<String> = topo.senders.iter().map(|h| h.router_ifname.clone()).collect();
-    let mut applied = AppliedPath { router: r.clone(), fwd_ifs: fwd_ifs.clone(), delays: Vec::new(), retx: false };
+    let mut applied = AppliedPath {
+        router: r.clone(),
+        fwd_ifs: fwd_ifs.clone(),
+        delays: Vec::new(),
+        retx: false,
+        link_mtu: topo.mtu,
+        icmp_filtered: Default::default(),
+    };
     cmd::run_in(&r, &["nft", &format!("add table {TABLE}")])?;
     cmd::run_in(
         &r,
@@ -223,6 +277,17 @@ pub fn apply(topo: &Topology, cfg: &PathConfig, work_dir: &Path) -> Result<Appli
             "add rule {TABLE} {CHAIN} iifname \"{}\" numgen random mod 1000000 < {} counter drop comment \"loss-sender{}\"",
             h.router_ifname, l.loss_ppm, l.sender
         ))?;
+    }
+    if let Some(l) = cfg.lossy_lane {
+        for side in ["sport", "dport"] {
+            nft(&r, &format!(
+                "add rule {TABLE} {CHAIN} iifname \"s*\" tcp {side} {} numgen random mod 1000000 < {} counter drop comment \"loss-lane\"",
+                l.port, l.loss_ppm
+            ))?;
+        }
+    }
+    if let Some(m) = cfg.next_mtu {
+        applied.mtu_drop(m)?;
     }
     if let Some(rd) = cfg.retx_drop {
         let obj = bpf::compile(&rd, work_dir)?;
@@ -274,6 +339,38 @@ impl AppliedPath {
     pub fn outage_end(&self, h: OutageHandle) -> Result<()> {
         for handle in h.0 {
             cmd::run_in(&self.router, &["nft", &format!("delete rule {TABLE} {CHAIN} handle {handle}")])?;
+        }
+        Ok(())
+    }
+
+    /// Sets the receivers' links to `m.mtu`, first putting the ICMP filter in place if asked (it
+    /// stays until the lab is removed: nothing else makes the router send those messages).
+    pub fn mtu_drop(&self, m: MtuDrop) -> Result<()> {
+        check_mtu(m.mtu)?;
+        if m.filter_icmp && !self.icmp_filtered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // The router's own messages leave through the output hook, not forward.
+            cmd::run_in(
+                &self.router,
+                &["nft", &format!("add chain {TABLE} out {{ type filter hook output priority 0; policy accept; }}")],
+            )?;
+            for rule in [
+                "icmp type destination-unreachable icmp code frag-needed counter drop comment \"icmp-frag-needed\"",
+                "icmpv6 type packet-too-big counter drop comment \"icmp6-too-big\"",
+            ] {
+                nft(&self.router, &format!("add rule {TABLE} out {rule}"))?;
+            }
+        }
+        self.set_mtu(m.mtu)
+    }
+
+    /// Gives the receivers' links their MTU back.
+    pub fn mtu_restore(&self) -> Result<()> {
+        self.set_mtu(self.link_mtu)
+    }
+
+    fn set_mtu(&self, mtu: u32) -> Result<()> {
+        for dev in &self.fwd_ifs {
+            cmd::run_in(&self.router, &["ip", "link", "set", "dev", dev, "mtu", &mtu.to_string()])?;
         }
         Ok(())
     }

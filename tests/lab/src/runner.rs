@@ -235,6 +235,12 @@ impl Scenario {
         let traffic_end = Stamp::now();
         drop(servers);
         drop(app_servers);
+        // tcpdump hands packets over in blocks that fill or time out after 1 s; a SIGINT drops the
+        // block in hand: wait for the last one (mtu-blackhole-start lost its last 17 packets, the
+        // retransmission and the close 0.5 s before the stop).
+        if !captures.is_empty() {
+            std::thread::sleep(Duration::from_millis(1100));
+        }
         for mut c in captures {
             crate::cmd::interrupt_and_wait(&mut c, Duration::from_secs(3));
         }
@@ -385,6 +391,47 @@ fn run_event(lab: &Lab, ev: &Event, t0: Instant, stop: &AtomicBool, log: &Mutex<
                 }), start, end: Some(end) });
             }
         }
+        Event::MtuDrop { at_s, for_s, mtu, filter_icmp } => {
+            let at = t0 + Duration::from_secs_f64(at_s);
+            if !wait_until(at, stop) {
+                return;
+            }
+            let requested = Stamp::now();
+            let res = lab.path().mtu_drop(crate::path::MtuDrop { mtu, filter_icmp });
+            let start = Stamp::now();
+            let end = for_s.and_then(|f| {
+                wait_until(at + Duration::from_secs_f64(f), stop);
+                let e = Stamp::now();
+                lab.path().mtu_restore().ok().map(|_| e)
+            });
+            if let Ok(mut v) = log.lock() {
+                v.push(Injection { kind: "mtu".into(), dir: "forward".into(), detail: json!({
+                    "at_s": at_s, "for_s": for_s, "mtu": mtu, "link_mtu": lab.config().topo.mtu,
+                    "filter_icmp": filter_icmp, "error": res.err().map(|e| e.to_string()),
+                    "what": "the router's links towards the receivers at this MTU (ICMP about it dropped when filter_icmp)",
+                    "begin_requested": requested,
+                }), start, end });
+            }
+        }
+        Event::MtuRestore { at_s } => {
+            if !wait_until(t0 + Duration::from_secs_f64(at_s), stop) {
+                return;
+            }
+            let res = lab.path().mtu_restore();
+            let at = Stamp::now();
+            if let Ok(mut v) = log.lock() {
+                v.push(Injection {
+                    kind: "mtu-restore".into(),
+                    dir: "forward".into(),
+                    detail: json!({
+                        "at_s": at_s, "link_mtu": lab.config().topo.mtu, "error": res.err().map(|e| e.to_string()),
+                        "what": "the router's links towards the receivers back at the lab's MTU",
+                    }),
+                    start: at,
+                    end: Some(at),
+                });
+            }
+        }
         Event::AppPause { at_s, for_s, side } => {
             let at = t0 + Duration::from_secs_f64(at_s);
             if !wait_until(at, stop) {
@@ -441,6 +488,32 @@ fn static_injections(sc: &Scenario, lab: &Lab, end: Stamp) -> Vec<Injection> {
         if d.loss_ppm > 0 {
             push("loss", name, json!({"ppm": d.loss_ppm, "fraction": f64::from(d.loss_ppm) / 1e6}));
         }
+    }
+    if let Some(l) = p.lossy_lane {
+        push(
+            "loss-lane",
+            "forward",
+            json!({"port": l.port, "ppm": l.loss_ppm, "fraction": f64::from(l.loss_ppm) / 1e6,
+            "what": "random loss on the packets of the connection with this client port only"}),
+        );
+    }
+    if let Some(l) = p.lossy_sender {
+        push(
+            "loss-sender",
+            "forward",
+            json!({"sender": l.sender, "ppm": l.loss_ppm, "fraction": f64::from(l.loss_ppm) / 1e6}),
+        );
+    }
+    if let Some(m) = p.next_mtu {
+        push(
+            "mtu",
+            "forward",
+            json!({"mtu": m.mtu, "link_mtu": sc.lab.topo.mtu, "filter_icmp": m.filter_icmp,
+            "what": "the router's links towards the receivers at this MTU from the start"}),
+        );
+    }
+    if let Some(cc) = &sc.lab.cc {
+        push("cc", "hosts", json!({"cc": cc, "what": "congctl of the end hosts' default routes"}));
     }
     if let Some(r) = p.retx_drop {
         push("retx-drop", "forward", json!({"segments": r.segments, "drops_per_segment": r.drops_per_segment}));

@@ -25,6 +25,19 @@ pub enum Event {
     /// Freeze (SIGSTOP) the traffic applications (iperf3, python3, curl) of one side from `at_s` for
     /// `for_s` seconds: a sending application that stops writing, a receiving one that stops reading.
     AppPause { at_s: f64, for_s: f64, side: Side },
+    /// The router's links towards the receivers drop to `mtu` from `at_s` (for `for_s` seconds, or
+    /// to the end), the router's ICMP about it dropped when `filter_icmp`: a path MTU black hole
+    /// mid-transfer ([`crate::path::MtuDrop`]).
+    MtuDrop {
+        at_s: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        for_s: Option<f64>,
+        mtu: u32,
+        filter_icmp: bool,
+    },
+    /// The router's links towards the receivers get their MTU back at `at_s` (ends a drop that was
+    /// in force from the start, `PathConfig::next_mtu`).
+    MtuRestore { at_s: f64 },
 }
 
 /// Which end hosts an application pause freezes.
@@ -81,7 +94,8 @@ pub struct Knobs {
     /// Parallel streams per iperf3 client (iperf3 -P, 1..=32).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub streams: Option<u32>,
-    /// Congestion control of the iperf3 flows (iperf3 -C: cubic, reno, bbr); scenarios default to cubic.
+    /// Congestion control of every connection (cubic, reno, bbr): iperf3 -C and the congctl of the
+    /// end hosts' routes (socket pair, http.server, curl); iperf3 scenarios default to cubic.
     #[arg(long)]
     pub cc: Option<String>,
     /// SACK on the senders: on or off.
@@ -201,10 +215,22 @@ impl Scenario {
         }
         if let Some(f) = k.family {
             self.lab.family = f;
+            if f == Family::V6 {
+                // IPv6 does not run below 1280: a smaller next link would be an outage.
+                let v6 = |m: &mut u32| *m = (*m).max(crate::topo::IPV6_MIN_MTU);
+                if let Some(m) = self.lab.path.next_mtu.as_mut() {
+                    v6(&mut m.mtu);
+                }
+                for e in self.events.iter_mut() {
+                    if let Event::MtuDrop { mtu, .. } = e {
+                        v6(mtu);
+                    }
+                }
+            }
         }
         if let Some(cc) = &k.cc {
-            // Per socket (iperf3 -C): a namespace may only set the CCs the host allows
-            // (net.ipv4.tcp_allowed_congestion_control), a root socket any available one.
+            // Every connection of the end hosts (their routes' congctl) and iperf3's own -C.
+            self.lab.cc = Some(cc.clone());
             if let Traffic::Iperf { cc: c, .. } = &mut self.traffic {
                 *c = Some(cc.clone());
             }
@@ -286,7 +312,18 @@ impl Scenario {
                 }
             }
         }
-        self.lab.validate()
+        self.validate()
+    }
+
+    /// Checks the lab and the events that depend on it (an MTU drop below the links' MTU).
+    pub fn validate(&self) -> Result<()> {
+        self.lab.validate()?;
+        for e in &self.events {
+            if let Event::MtuDrop { mtu, .. } = e {
+                self.lab.check_mtu_drop(*mtu)?;
+            }
+        }
+        Ok(())
     }
 
     /// The forward bottleneck rate (policer first, then shaper), Mbit/s.

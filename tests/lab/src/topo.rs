@@ -102,6 +102,8 @@ pub struct Topology {
     pub senders: Vec<Host>,
     /// Receiver hosts.
     pub receivers: Vec<Host>,
+    /// MTU of every link.
+    pub mtu: u32,
     namespaces: Vec<String>,
 }
 
@@ -204,6 +206,7 @@ impl Topology {
             receivers: (0..cfg.receivers).map(|i| host('r', i, 72)).collect(),
             prefix,
             router,
+            mtu: cfg.mtu,
             namespaces: Vec::new(),
         };
         // On any error below, `topo` is dropped and removes what exists.
@@ -226,6 +229,26 @@ impl Topology {
     /// Every namespace of this topology (router first).
     pub fn namespaces(&self) -> &[String] {
         &self.namespaces
+    }
+
+    /// Makes every connection of the end hosts use congestion control `cc`: the `congctl` of their
+    /// default routes (both families), which the kernel applies to connections it opens and
+    /// accepts alike. A namespace's `net.ipv4.tcp_congestion_control` may only name the CCs of the
+    /// host's `tcp_allowed_congestion_control` (cubic is refused with EPERM where only reno and bbr
+    /// are allowed), and a setsockopt reaches only the applications the lab writes.
+    pub fn set_cc(&self, cc: &str) -> Result<()> {
+        for h in self.senders.iter().chain(self.receivers.iter()) {
+            let gw = h.router_addr.to_string();
+            cmd::run_in(&h.netns, &["ip", "route", "replace", "default", "via", &gw, "dev", &h.ifname, "congctl", cc])?;
+            if !h.addr6.is_unspecified() {
+                let gw6 = h.router_addr6.to_string();
+                cmd::run_in(
+                    &h.netns,
+                    &["ip", "-6", "route", "replace", "default", "via", &gw6, "dev", &h.ifname, "congctl", cc],
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Sets `key=value` (e.g. `net.ipv4.tcp_sack=0`) in namespace `ns`.

@@ -21,6 +21,9 @@ pub struct IperfFlow {
     /// iperf3 -b per stream, Mbit/s: an application-limited sender (None: as fast as it can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_mbit: Option<f64>,
+    /// iperf3 --cport: stream k leaves from this port + k (a lossy lane matches one of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_port: Option<u16>,
 }
 
 /// What traffic a scenario drives.
@@ -194,6 +197,9 @@ pub fn run_iperf(
                 }
                 if let Some(m) = f.rate_mbit {
                     args.extend(["-b".to_string(), format!("{:.0}", m * 1e6)]);
+                }
+                if let Some(p) = f.client_port {
+                    args.extend(["--cport".to_string(), p.to_string()]);
                 }
                 let argv: Vec<&str> = args.iter().map(String::as_str).collect();
                 let start_at = t0 + Duration::from_secs_f64(f.start_offset_ms.max(0.0) / 1000.0);

@@ -35,3 +35,17 @@ pub fn scratch(test: &str) -> std::path::PathBuf {
     let _ = std::fs::create_dir_all(&d);
     d
 }
+
+/// The mechanism scenarios (`mechanisms.rs` runs them with a capture; `scenarios.rs` leaves them).
+pub const MECHANISM_SCENARIOS: &[&str] = &[
+    "mtu-blackhole",
+    "mtu-blackhole-start",
+    "mtu-pmtud",
+    "policer",
+    "queue-shallow",
+    "queue-deep",
+    "parallel-3-lossy-lane",
+    "rcvbuf-app",
+    "sndbuf-app",
+    "sndbuf-sysctl",
+];
