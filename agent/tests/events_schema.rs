@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use support::schema::{validate_values, validator_available};
 use tcpvigil::export::events::finding_json;
 use tcpvigil::model::{
-    Cause, ConnId, Finding, FindingKind, LimitReason, PathScope, Process, StopCause, StopOwner, Tuple,
+    Cause, ConnId, Finding, FindingKind, LimitReason, Mechanism, PathScope, Process, StopCause, StopOwner, Tuple,
 };
 
 fn fixtures() -> Vec<PathBuf> {
@@ -82,6 +82,8 @@ fn finding(cause: Cause, owner: Option<StopOwner>, evidence: Value) -> Finding {
         ongoing: false,
         cause,
         owner,
+        // Every line carries one, so the schema checks the field (whatever the cause).
+        mechanism: Some(Mechanism::ALL[(cause.as_str().len()) % Mechanism::ALL.len()]),
         evidence,
         path: Default::default(),
     }

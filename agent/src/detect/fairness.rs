@@ -338,6 +338,7 @@ impl FairnessDetector {
                         ongoing: true,
                         cause: Cause::UnfairStreams,
                         owner: None,
+                        mechanism: None,
                         evidence: evidence(st),
                         path: PathTag::default(),
                     });
@@ -357,6 +358,7 @@ impl FairnessDetector {
                             ongoing: false,
                             cause: Cause::UnfairStreams,
                             owner: None,
+                            mechanism: None,
                             evidence: evidence(st),
                             path: PathTag::default(),
                         });
@@ -382,6 +384,7 @@ impl FairnessDetector {
                     ongoing: false,
                     cause: Cause::UnfairStreams,
                     owner: None,
+                    mechanism: None,
                     path: PathTag::default(),
                     evidence: {
                         let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));

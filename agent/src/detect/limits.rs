@@ -167,6 +167,7 @@ impl LimitsDetector {
                 ongoing: true,
                 cause: cause.into(),
                 owner: None,
+                mechanism: None,
                 evidence,
                 path: PathTag::default(),
             });

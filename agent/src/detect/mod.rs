@@ -177,6 +177,7 @@ mod tests {
             ongoing,
             cause,
             owner: None,
+            mechanism: None,
             evidence: serde_json::Value::Null,
             path: PathTag::default(),
         }

@@ -219,6 +219,7 @@ fn finding(prefix: &str, ev: &Event, over: bool, now: u64) -> Finding {
         ongoing: !over,
         cause: scope.into(),
         owner: Some(StopOwner::Network),
+        mechanism: None,
         path: PathTag::default(),
         evidence: json!({
             "prefix": prefix,
@@ -273,6 +274,7 @@ mod tests {
             ongoing: ended.is_none(),
             cause: StopCause::NoAck.into(),
             owner: Some(owner),
+            mechanism: None,
             evidence: json!({"srtt_ms": 20.0}),
             path: PathTag::default(),
         }

@@ -70,6 +70,9 @@ pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> V
     if let (Some(w), Some(o)) = (f.owner, v.as_object_mut()) {
         o.insert("owner".into(), Value::String(w.as_str().into()));
     }
+    if let (Some(m), Some(o)) = (f.mechanism, v.as_object_mut()) {
+        o.insert("mechanism".into(), Value::String(m.as_str().into()));
+    }
     v
 }
 
@@ -276,6 +279,7 @@ mod tests {
             ongoing,
             cause: StopCause::Rto.into(),
             owner: None,
+            mechanism: None,
             evidence: json!({"rtos": 2}),
             path: Default::default(),
         }

@@ -213,6 +213,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
     m.on_finding(&Finding {
         group: Some("iperf3->10.1.0.1".into()),
         owner: None,
+        mechanism: None,
         evidence: json!({"jain": 0.61, "min_max_ratio": 0.2, "even_split_efficiency": 0.45, "streams": 4,
             "send_phase": {"order_stability": 0.875}}),
         ..finding(3, Cause::UnfairStreams, true, None)
@@ -258,6 +259,7 @@ pub(crate) fn finding(i: u32, cause: impl Into<Cause>, ongoing: bool, duration_s
         ongoing,
         cause: cause.into(),
         owner: None,
+        mechanism: None,
         evidence: json!({}),
         path: PathTag::default(),
     }
@@ -440,6 +442,7 @@ fn a_busy_scrape_can_be_written_for_promtool() {
     m.on_finding(&Finding {
         group: Some("g".into()),
         owner: None,
+        mechanism: None,
         evidence: json!({"jain": 0.7, "min_max_ratio": 0.3, "even_split_efficiency": 0.5, "streams": 4}),
         ..finding(3, Cause::UnfairStreams, true, None)
     });
@@ -462,6 +465,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
     let stop = |i, prefix: &str| Finding {
         owner: Some(StopOwner::Network),
+        mechanism: None,
         path: PathTag { remote_prefix: Some(prefix.into()), event: None },
         ..finding(i, StopCause::NoAck, true, None)
     };
@@ -472,6 +476,7 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
         conn: None,
         group: Some("10.72.1.0/24".into()),
         owner: Some(StopOwner::Network),
+        mechanism: None,
         ..finding(0, PathScope::Partial, ongoing, d)
     };
     m.on_finding(&path(true, None));

@@ -85,6 +85,7 @@ fn the_schema_the_metrics_and_the_docs_name_exactly_the_models_causes() {
     };
     assert_eq!(names(&schema["properties"]["kind"]), set(FindingKind::ALL.iter().map(|k| k.as_str())));
     assert_eq!(names(&schema["properties"]["owner"]), set(StopOwner::ALL.iter().map(|o| o.as_str())));
+    assert_eq!(names(&schema["properties"]["mechanism"]), set(crate::model::Mechanism::ALL.iter().map(|m| m.as_str())));
     // Per kind (and for stops per owner), the causes the schema allows.
     let mut by_kind = BTreeSet::new();
     for rule in schema["allOf"].as_array().unwrap() {

@@ -149,6 +149,27 @@ named_enum! {
 }
 
 named_enum! {
+    /// What on the path or in the hosts holds a connection back: the fix follows from it, where
+    /// the cause names only the symptom. Beside the cause of a stop, a limit or an unfair group.
+    pub enum Mechanism {
+        /// Full-size segments vanish while smaller ones pass, and the router's "fragmentation
+        /// needed" never arrives: a path MTU black hole.
+        MtuBlackhole = "mtu_blackhole",
+        /// Losses in bursts at a flat RTT: a token-bucket policer drops what exceeds its rate.
+        Policer = "policer",
+        /// Losses after the RTT grew by the queue's depth: a full drop-tail queue.
+        QueueOverflow = "queue_overflow",
+        /// One stream of a group loses alone, without RTT growth: that stream's path member
+        /// (an ECMP or LAG link) is lossy.
+        LossyMember = "lossy_member",
+        /// A buffer the application fixed with setsockopt (SO_RCVBUF/SO_SNDBUF: no autotuning).
+        Application = "application",
+        /// A buffer at the ceiling of the host's sysctl (net.ipv4.tcp_rmem / tcp_wmem maximum).
+        Sysctl = "sysctl",
+    }
+}
+
+named_enum! {
     /// How much of a path event's prefix stopped.
     pub enum PathScope {
         /// Every busy connection to the prefix stopped.

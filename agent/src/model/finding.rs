@@ -2,7 +2,7 @@
 //! evidence. Serialized as the JSON events (docs/schema/events-v1.schema.json) without `ts`/`start`.
 use serde::{Deserialize, Serialize};
 
-use super::cause::{Cause, FindingKind, StopOwner};
+use super::cause::{Cause, FindingKind, Mechanism, StopOwner};
 use super::conn::ConnId;
 
 /// Where a stop stands among path events (set by the path detector; exported inside `evidence`
@@ -33,6 +33,8 @@ pub struct Finding {
     pub cause: Cause,
     /// Whose stop it is (stops and path events only).
     pub owner: Option<StopOwner>,
+    /// What holds the connection or group back, where the detectors can tell (the fix follows).
+    pub mechanism: Option<Mechanism>,
     /// The numbers behind the diagnosis, as exported (keys depend on the cause).
     pub evidence: serde_json::Value,
     pub path: PathTag,
@@ -94,6 +96,8 @@ struct Wire {
     cause: Cause,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<StopOwner>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mechanism: Option<Mechanism>,
     evidence: serde_json::Value,
 }
 
@@ -109,6 +113,7 @@ impl From<Finding> for Wire {
             ongoing: f.ongoing,
             cause: f.cause,
             owner: f.owner,
+            mechanism: f.mechanism,
             evidence: f.evidence_json(),
         }
     }
@@ -143,6 +148,7 @@ impl TryFrom<Wire> for Finding {
             ongoing: w.ongoing,
             cause: w.cause,
             owner: w.owner,
+            mechanism: w.mechanism,
             evidence,
             path,
         })
@@ -165,12 +171,14 @@ mod tests {
             ongoing: true,
             cause: StopCause::NoAck.into(),
             owner: Some(StopOwner::Network),
+            mechanism: Some(Mechanism::MtuBlackhole),
             evidence: serde_json::json!({"rtos": 0}),
             path: PathTag { remote_prefix: Some("10.0.0.0/24".into()), event: Some("10.0.0.0/24".into()) },
         };
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v["kind"], "stop");
         assert_eq!(v["cause"], "no_ack");
+        assert_eq!(v["mechanism"], "mtu_blackhole");
         assert_eq!(
             v["evidence"],
             serde_json::json!({"rtos": 0, "remote_prefix": "10.0.0.0/24", "path_event": "10.0.0.0/24"})

@@ -17,7 +17,7 @@ pub mod finding;
 pub mod table;
 pub mod units;
 
-pub use cause::{Cause, FindingKind, LimitReason, PathScope, StopCause, StopOwner};
+pub use cause::{Cause, FindingKind, LimitReason, Mechanism, PathScope, StopCause, StopOwner};
 pub use conn::{ConnId, Process, Tuple};
 pub use event::{Body, CaState, Event, Retrans, Rto, Sample, Snap, StateChange};
 pub use filter::Filter;

@@ -303,6 +303,7 @@ pub fn outage() -> (Recording, Vec<Finding>) {
         ongoing,
         cause: StopCause::LostRetransmit.into(),
         owner: Some(StopOwner::Network),
+        mechanism: None,
         evidence: json!({"cwnd": 1, "in_flight": 0, "lost_retrans": 12, "ca_state": "Recovery", "rtts": 300}),
         path: PathTag::default(),
     };
@@ -356,6 +357,7 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
         ongoing: true,
         cause: Cause::UnfairStreams,
         owner: None,
+        mechanism: None,
         evidence: json!({"jain": 0.86, "slowest_over_fastest": 0.38, "cookies": [50000, 50001, 50002, 50003]}),
         path: PathTag::default(),
     };

@@ -263,6 +263,7 @@ impl Conn {
             ongoing: end.is_none(),
             cause: cause.into(),
             owner: Some(owner),
+            mechanism: None,
             path: PathTag::default(),
             evidence: self.ev.json(owner, &self.hold, now, self.srtt_us, self.rate_bps, secs),
         }

@@ -172,6 +172,7 @@ fn a_path_event_dump_holds_the_members_that_joined_after_its_first_report() {
         ongoing,
         cause: crate::model::PathScope::Partial.into(),
         owner: Some(StopOwner::Network),
+        mechanism: None,
         path: Default::default(),
         evidence: serde_json::json!({"conns": cookies.iter().map(|c| serde_json::json!({"cookie": c})).collect::<Vec<_>>()}),
     };
