@@ -1,21 +1,20 @@
-//! `tcpvigil run` as a child of a test: its own config file, dump directory, the address from its ready file, scrapes.
+//! `tcpvigil run` as a child of a test (the lab crate's launcher): its config, dump directory, scrapes, the events checked against the schema.
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::http;
 
 pub struct Daemon {
-    child: Option<Child>,
+    inner: tcpvigil_lab::daemon::Daemon,
     /// Where /metrics and /healthz are served (the daemon listens on 127.0.0.1:0).
     pub addr: SocketAddr,
     pub events: PathBuf,
     /// The flight recorder's dump directory (`--dump-dir`), left in place for the test to read.
     pub dumps: PathBuf,
-    config: PathBuf,
+    dir: PathBuf,
 }
 
 impl Daemon {
@@ -30,39 +29,13 @@ impl Daemon {
 
     /// Like `start`, with the events file and dump directory where the test wants them.
     pub fn start_at(tag: &str, config: &str, events: PathBuf, dumps: PathBuf) -> Daemon {
-        let base = std::env::temp_dir().join(format!("tvd-{tag}-{}", std::process::id()));
-        let (ready, cfg) = (base.with_extension("ready"), base.with_extension("toml"));
-        let _ = std::fs::remove_file(&ready);
-        std::fs::write(&cfg, config).expect("write the daemon's config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvigil"))
-            .args(["run", "--listen", "127.0.0.1:0", "--config"])
-            .arg(&cfg)
-            .arg("--events")
-            .arg(&events)
-            .arg("--ready-file")
-            .arg(&ready)
-            .arg("--dump-dir")
-            .arg(&dumps)
-            .env("TCPVIGIL_LOG", "warn")
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tcpvigil run");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let addr = loop {
-            if let Some(a) = std::fs::read_to_string(&ready).ok().and_then(|s| s.trim().parse().ok()) {
-                break a;
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("tcpvigil run exited before it was ready: {st}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("tcpvigil run did not become ready within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let _ = std::fs::remove_file(&ready);
-        Daemon { child: Some(child), addr, events, dumps, config: cfg }
+        let dir = std::env::temp_dir().join(format!("tvd-{tag}-{}.d", std::process::id()));
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tcpvigil"));
+        let mut l = tcpvigil_lab::daemon::Launch::new(bin, &dir);
+        (l.config, l.events, l.dumps) = (config, Some(events), Some(dumps.clone()));
+        (l.log, l.ready_within) = (Some("warn".into()), Duration::from_secs(30));
+        let inner = tcpvigil_lab::daemon::Daemon::launch(l).unwrap_or_else(|e| panic!("tcpvigil run: {e}"));
+        Daemon { addr: inner.addr, events: inner.events.clone(), inner, dumps, dir }
     }
 
     /// One scrape of /metrics (the OpenMetrics text).
@@ -75,21 +48,17 @@ impl Daemon {
 
     /// Findings written so far (JSON lines).
     pub fn findings(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(&self.events).unwrap_or_default();
-        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        self.inner.findings()
     }
 
     /// The daemon's process id (for signals and /proc).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.inner.pid()
     }
 
     /// SIGINT, wait for a clean exit, and return every finding.
     pub fn stop(mut self) -> Vec<Value> {
-        if let Some(mut c) = self.child.take() {
-            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-            let status = c.wait().expect("wait for the daemon");
+        if let Some(status) = self.inner.stop() {
             assert!(status.success(), "daemon exit: {status}");
         }
         // Every line the live daemon wrote matches docs/schema/events-v1.schema.json.
@@ -105,12 +74,9 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let _ = self.inner.stop();
         let _ = std::fs::remove_file(&self.events);
-        let _ = std::fs::remove_file(&self.config);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

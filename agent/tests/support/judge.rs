@@ -86,23 +86,7 @@ pub fn secs_from_start(v: &Value, truth: &Truth) -> f64 {
     parse_rfc3339(v.as_str().unwrap_or("")) - truth.traffic_start.unix_ns as f64 / 1e9
 }
 
-/// Unix seconds of `2026-11-22T11:58:02.575Z`; NaN when it is not of that form.
-pub fn parse_rfc3339(s: &str) -> f64 {
-    let (date, time) = s.split_once('T').unwrap_or(("", ""));
-    let d: Vec<i64> = date.split('-').filter_map(|x| x.parse().ok()).collect();
-    let t: Vec<f64> = time.trim_end_matches('Z').split(':').filter_map(|x| x.parse().ok()).collect();
-    if d.len() != 3 || t.len() != 3 {
-        return f64::NAN;
-    }
-    let (y, m, day) = (d[0], d[1], d[2]);
-    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    days as f64 * 86_400.0 + t[0] * 3600.0 + t[1] * 60.0 + t[2]
-}
+pub use tcpvigil_lab::clock::parse_rfc3339;
 
 /// Start and end (seconds from the traffic start) of the run's injection of `kind`.
 pub fn injection(truth: &Truth, kind: &str) -> (f64, f64) {

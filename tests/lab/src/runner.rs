@@ -52,26 +52,12 @@ impl Default for RunOptions {
     }
 }
 
-fn utc_stamp(unix_s: u64) -> String {
-    let (days, rem) = (unix_s / 86400, unix_s % 86400);
-    // Civil-from-days (Howard Hinnant), valid for dates after 1970.
-    let z = days as i64 + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 fn make_run_dir(opts: &RunOptions, name: &str) -> Result<PathBuf> {
     let dir = match &opts.run_dir {
         Some(d) => d.clone(),
         None => {
-            let base = opts.out_dir.join(format!("{name}-{}", utc_stamp(Stamp::now().unix_ns / 1_000_000_000)));
+            let base =
+                opts.out_dir.join(format!("{name}-{}", crate::clock::utc_stamp(Stamp::now().unix_ns / 1_000_000_000)));
             let mut d = base.clone();
             let mut n = 1;
             while d.exists() {
@@ -550,14 +536,5 @@ fn summarize(sc: &Scenario, t: &Truth) -> Summary {
         retrans_segs: t.sender_counter("TcpRetransSegs"),
         rto_timeouts: t.sender_counter("TcpExtTCPTimeouts"),
         lost_retransmits: t.sender_counter("TcpExtTCPLostRetransmit"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_stamp_formats_known_instants() {
-        assert_eq!(super::utc_stamp(0), "19700101-000000");
-        assert_eq!(super::utc_stamp(1_700_000_000), "20231114-221320");
     }
 }

@@ -132,41 +132,10 @@ fn dropped(fd: i32) -> u64 {
 
 /// SACK blocks of an Ethernet frame carrying IPv4/TCP from source port `port` (else empty).
 pub fn sack_blocks(frame: &[u8], port: u16) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let Some(ip) = frame.get(14..) else { return out };
-    if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
-        return out;
+    match frame.get(14..).and_then(|ip| tcpvigil_lab::pcap::ip_packet(0.0, ip)) {
+        Some(seg) if seg.src.is_ipv4() && seg.src.port() == port => seg.sack,
+        _ => Vec::new(),
     }
-    let ihl = ((ip[0] & 0xf) as usize) * 4;
-    let Some(tcp) = ip.get(ihl..) else { return out };
-    if tcp.len() < 20 || u16::from_be_bytes([tcp[0], tcp[1]]) != port {
-        return out;
-    }
-    let doff = ((tcp[12] >> 4) as usize) * 4;
-    let Some(opts) = tcp.get(20..doff.min(tcp.len())) else { return out };
-    let mut i = 0;
-    while i < opts.len() {
-        match opts[i] {
-            0 => break,
-            1 => i += 1,
-            kind => {
-                let Some(&len) = opts.get(i + 1) else { break };
-                let len = len as usize;
-                if len < 2 || i + len > opts.len() {
-                    break;
-                }
-                if kind == 5 {
-                    for b in opts[i + 2..i + len].chunks_exact(8) {
-                        let a = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-                        let e = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-                        out.push((a, e));
-                    }
-                }
-                i += len;
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
