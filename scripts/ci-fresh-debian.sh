@@ -19,12 +19,24 @@
 #   bash scripts/ci-fresh-debian.sh
 #   TV_LOCK=/tmp/tcpvigil-root.lock bash scripts/ci-fresh-debian.sh
 #   TV_FRESH_CACHE=/var/cache/tcpvigil-fresh bash scripts/ci-fresh-debian.sh
+#   bash scripts/ci-fresh-debian.sh --builds DIR   steps 1 and 3 only, the root kept in DIR
+#   bash scripts/ci-fresh-debian.sh --serve DIR    then step 2 on that root, which is deleted after
+# test.sh runs the two halves apart: the builds (CPU, at the lowest priority) beside the test suite,
+# the daemon (BPF) after it, so that it never attaches while a test counts the kernel's programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 start=$SECONDS
 say() { echo "ci-fresh-debian: $* ($((SECONDS - start)) s)"; }
 fail() { echo "ci-fresh-debian: FAIL: $*" >&2; exit 1; }
+phase=all kept=""
+case ${1:-} in
+--builds | --serve)
+	phase=${1#--} kept=${2:?"$1 needs the directory of the root"}
+	;;
+"") ;;
+*) fail "unknown argument $1 (none, --builds DIR or --serve DIR)" ;;
+esac
 if [[ $(id -u) -ne 0 ]]; then
 	[[ ${CI:-} == true ]] && fail "needs root (debootstrap, chroot)"
 	echo "ci-fresh-debian: SKIPPED (not root, not CI)" >&2
@@ -50,34 +62,40 @@ if [[ ! -s $base ]]; then
 	rm -rf --one-file-system "$boot"
 	say "debootstrap --variant=minbase bookworm from $mirror, cached as $base"
 fi
-root=$(mktemp -d "$cache/root.XXXXXX")
+case $phase in
+all) root=$(mktemp -d "$cache/root.XXXXXX") ;;
+builds) rm -rf --one-file-system "$kept" && mkdir -p "$kept" && root=$(cd "$kept" && pwd) ;;
+serve) [[ -d $kept/src/tcpvigil ]] || fail "no root built in $kept (run --builds first)"; root=$(cd "$kept" && pwd) ;;
+esac
 daemon=""
 cleanup() {
 	[[ -n $daemon ]] && { kill -TERM -- "-$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; }
 	# The mounts lived in the namespaces of the unshare runs, which are gone: nothing but the root's
-	# own files is under it (--one-file-system guards that anyway).
-	[[ ${TV_FRESH_KEEP:-0} == 1 ]] || rm -rf --one-file-system "$root"
+	# own files is under it (--one-file-system guards that anyway). --builds keeps it for --serve.
+	[[ ${TV_FRESH_KEEP:-0} == 1 || $phase == builds ]] || rm -rf --one-file-system "$root"
 }
 trap cleanup EXIT
-tar -C "$root" -xf "$base"
-cat >"$root/etc/apt/sources.list" <<EOF
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb $security bookworm-security main
-EOF
-# A chroot's convention: package installs do not start services (prometheus, ...) in it.
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" && chmod 0755 "$root/usr/sbin/policy-rc.d"
-cp -L /etc/resolv.conf "$root/etc/resolv.conf"
-# Where HTTPS leaves through an inspecting proxy, its CA is in the host's local CA store: the root
-# trusts the same certificates (ca-certificates, which install-deps.sh installs, adds them).
-if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
-	mkdir -p "$root/usr/local/share/ca-certificates"
-	cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+if [[ $phase != serve ]]; then
+	tar -C "$root" -xf "$base"
+	cat >"$root/etc/apt/sources.list" <<-EOF
+	deb $mirror bookworm main
+	deb $mirror bookworm-updates main
+	deb $security bookworm-security main
+	EOF
+	# A chroot's convention: package installs do not start services (prometheus, ...) in it.
+	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" && chmod 0755 "$root/usr/sbin/policy-rc.d"
+	cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+	# Where HTTPS leaves through an inspecting proxy, its CA is in the host's local CA store: the root
+	# trusts the same certificates (ca-certificates, which install-deps.sh installs, adds them).
+	if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+		mkdir -p "$root/usr/local/share/ca-certificates"
+		cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+	fi
+	mkdir -p "$root/src/tcpvigil"
+	git ls-files -z --cached --others --exclude-standard | xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
+		tar --null -T - -cf - | tar -C "$root/src/tcpvigil" -xf -
+	say "fresh root $root: $(du -sh --exclude=src "$root" | cut -f1), checkout copied ($(du -sh "$root/src" | cut -f1))"
 fi
-mkdir -p "$root/src/tcpvigil"
-git ls-files -z --cached --others --exclude-standard | xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-	tar --null -T - -cf - | tar -C "$root/src/tcpvigil" -xf -
-say "fresh root $root: $(du -sh --exclude=src "$root" | cut -f1), checkout copied ($(du -sh "$root/src" | cut -f1))"
 
 # in_root LOG COMMAND...: COMMAND in the root's /src/tcpvigil, with /proc, /sys, /dev, /tmp mounted
 # in a private mount namespace, a clean environment, output to LOG; its own session and process
@@ -105,13 +123,25 @@ in_root() {
 logs=target/fresh-debian/logs
 mkdir -p "$logs"
 
-# 1. run.sh's install and build (everything it does before `tcpvigil check`).
-in_root "$logs/run-build.log" TV_RUN_ONLY_BUILD=1 bash scripts/run.sh ||
-	{ tail -30 "$logs/run-build.log" >&2; fail "run.sh: install and build (log: $logs/run-build.log)"; }
-toolchain=$(sed -n 's/^install-deps: Rust toolchain: //p' "$logs/run-build.log" | tail -1)
-[[ -n $toolchain ]] || fail "run.sh did not report its Rust toolchain"
-say "run.sh installed the dependencies and built the release binary with $toolchain"
+if [[ $phase != serve ]]; then
+	# 1. run.sh's install and build (everything it does before `tcpvigil check`).
+	in_root "$logs/run-build.log" TV_RUN_ONLY_BUILD=1 bash scripts/run.sh ||
+		{ tail -30 "$logs/run-build.log" >&2; fail "run.sh: install and build (log: $logs/run-build.log)"; }
+	toolchain=$(sed -n 's/^install-deps: Rust toolchain: //p' "$logs/run-build.log" | tail -1)
+	[[ -n $toolchain ]] || fail "run.sh did not report its Rust toolchain"
+	say "run.sh installed the dependencies and built the release binary with $toolchain"
 
+	# 3. test.sh's install and build steps.
+	in_root "$logs/test-build.log" TV_TEST_ONLY_BUILD=1 bash scripts/test.sh ||
+		{ tail -30 "$logs/test-build.log" >&2; fail "test.sh: install, format or build (log: $logs/test-build.log)"; }
+	grep -q 'stopping after the build' "$logs/test-build.log" || fail "test.sh did not reach the end of its build step"
+	say "test.sh: install, format and build steps passed"
+fi
+
+if [[ $phase == builds ]]; then
+	say "builds done; the root stays in $root for --serve"
+	exit 0
+fi
 # 2. run.sh itself: check, then the daemon until /metrics has tcpvigil_ series.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 if [[ -n ${TV_LOCK:-} ]]; then
@@ -140,9 +170,5 @@ daemon=""
 grep -q 'where tcpvigil writes' "$logs/run.log" || fail "run.sh: no start-up line in $logs/run.log"
 say "run.sh: tcpvigil check passed and the daemon served /metrics ($n tcpvigil_ series)"
 
-# 3. test.sh's install and build steps.
-in_root "$logs/test-build.log" TV_TEST_ONLY_BUILD=1 bash scripts/test.sh ||
-	{ tail -30 "$logs/test-build.log" >&2; fail "test.sh: install, format or build (log: $logs/test-build.log)"; }
-grep -q 'stopping after the build' "$logs/test-build.log" || fail "test.sh did not reach the end of its build step"
-say "test.sh: install, format and build steps passed"
+toolchain=${toolchain:-$(sed -n 's/^install-deps: Rust toolchain: //p' "$logs/run-build.log" | tail -1)}
 say "done: a fresh Debian 12 ran run.sh and test.sh's build with $toolchain"

@@ -24,6 +24,16 @@ if [ "${TV_TEST_ONLY_BUILD:-0}" = 1 ]; then
   exit 0
 fi
 
+# The fresh Debian 12 root's builds (scripts/ci-fresh-debian.sh: the README's two commands on a
+# new machine) run beside the tests at the lowest CPU priority: they take the CPU the tests leave
+# idle. Its daemon step runs at the end, alone.
+fresh=""
+if [ "${TV_FRESH_DEBIAN:-1}" = 1 ]; then
+  mkdir -p target/fresh-debian
+  nice -n 19 bash scripts/ci-fresh-debian.sh --builds target/fresh-debian/root >target/fresh-debian/builds.log 2>&1 &
+  fresh=$!
+fi
+
 step "tests (unit, integration as root, lab)"
 # The live scenario tests append their expected-vs-reported rows here; printed after the tests.
 table=target/tmp/diagnoses.md
@@ -41,9 +51,19 @@ fi
 
 for extra in scripts/ci-*.sh; do
   [ -e "$extra" ] || continue
+  [ "$extra" = scripts/ci-fresh-debian.sh ] && continue # below
   step "$extra"
   bash "$extra"
 done
 
 step "kernel matrix (Debian 6.1 and 6.12 under qemu, host natively)"
 TV_VM_PROFILE=debug bash scripts/vm-matrix.sh
+
+if [ -n "$fresh" ]; then
+  step "scripts/ci-fresh-debian.sh (builds ran beside the tests; now the daemon)"
+  fstatus=0
+  wait "$fresh" || fstatus=$?
+  cat target/fresh-debian/builds.log
+  [ "$fstatus" -eq 0 ] || exit "$fstatus"
+  bash scripts/ci-fresh-debian.sh --serve target/fresh-debian/root
+fi
