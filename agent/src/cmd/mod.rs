@@ -3,6 +3,7 @@ pub mod analyze;
 pub mod check;
 pub mod common;
 pub mod gen_docs;
+pub mod help;
 pub mod notify;
 pub mod plot;
 pub mod record;

@@ -305,7 +305,7 @@ impl FairnessDetector {
                 }
             }
             let unfair = j < self.cfg.jain_below || ratio < self.cfg.ratio_below;
-            let remedy = format!("start the {n} streams RTT/{n} apart (paper 001 held every stream at an equal share that way), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
+            let remedy = format!("start the {n} streams RTT/{n} apart (every stream then held an equal share in \"Fairness analysis of parallel TCP streams on long fat networks\", Sugawara, Inaba and Hiraki), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
             let evidence = |st: &GroupState| {
                 let first = st.behind_since.iter().min_by_key(|(_, t)| **t).map(|(c, t)| (*c, *t));
                 json!({
@@ -396,7 +396,8 @@ impl FairnessDetector {
     }
 }
 
-/// The group's send phase (paper 001's mechanism): each stream's phase within the RTT in send
+/// The group's send phase (the mechanism of "Fairness analysis of parallel TCP streams on long fat
+/// networks"): each stream's phase within the RTT in send
 /// order, how stable the order is, which stream sends last and whether it loses first. Null
 /// until every stream has reported 8 rounds.
 fn send_phase(
