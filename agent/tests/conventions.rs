@@ -112,3 +112,25 @@ fn help_and_man_pages_name_the_log_variable_the_signals_and_the_minimum_kernel()
     assert!(run.contains(".SH SIGNALS") && run.contains("SIGHUP") && run.contains(".SH ENVIRONMENT"), "{run}");
     assert!(!pages.iter().any(|(_, t)| t.contains(".SH EXTRA")), "the extra help is repeated as EXTRA");
 }
+
+#[test]
+fn listen_accepts_port_only_host_names_and_bracketed_v6_as_exporters_do() {
+    let dumps = tmp("listen-dumps");
+    let d = dumps.to_str().unwrap();
+    for l in [":9977", "localhost:9977", "[::]:9977", "127.0.0.1:9977", "[::1]:0"] {
+        let (code, out, err) = tcpvigil(&["run", "--check-config", "--dump-dir", d, "--listen", l]);
+        assert_eq!(code, 0, "--listen {l}: {err}");
+        assert!(out.contains("configuration OK"), "{out}");
+        let cfg = tmp("listen.toml");
+        std::fs::write(&cfg, format!("[export]\nlisten = \"{l}\"\n")).unwrap();
+        let (code, _, err) = tcpvigil(&["run", "--check-config", "--dump-dir", d, "--config", cfg.to_str().unwrap()]);
+        assert_eq!(code, 0, "export.listen = {l}: {err}");
+        std::fs::remove_file(&cfg).unwrap();
+    }
+    for bad in ["9977", "fd00::1:9977", "host name:1"] {
+        let (code, _, err) = tcpvigil(&["run", "--check-config", "--dump-dir", d, "--listen", bad]);
+        assert_eq!(code, 2, "--listen {bad}: {err}");
+        assert!(err.contains("bad listen address"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dumps);
+}

@@ -1,5 +1,4 @@
 //! `tcpvigil run`: the daemon: events -> connection table -> detectors -> metrics, events, recorder.
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +12,7 @@ use tcpvigil::bpf::variants::Prog;
 use tcpvigil::clock::{mono_now_ns, mono_to_unix_ns};
 use tcpvigil::config::Config;
 use tcpvigil::detect::{Input, Pipeline};
+use tcpvigil::export::config::ListenAddr;
 use tcpvigil::export::health::{KernelCounters, ProgStats};
 use tcpvigil::export::outputs::{Flight, Outputs};
 use tcpvigil::export::recorder::sink::DumpSink;
@@ -30,9 +30,10 @@ pub struct Args {
     /// Validate the configuration and exit (0 good, 2 bad) without loading anything.
     #[arg(long)]
     check_config: bool,
-    /// Address for /metrics and /healthz (overrides export.listen; default 127.0.0.1:9977).
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    /// Address for /metrics and /healthz: IP:PORT, [IPV6]:PORT, :PORT (every address) or
+    /// HOST:PORT (overrides export.listen; default 127.0.0.1:9977).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<ListenAddr>,
     /// Write findings as JSON lines to this file ("-" for stdout; overrides export.events).
     #[arg(long)]
     events: Option<String>,
@@ -51,8 +52,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(c) => c,
         Err(e) => return Ok(usage(e)),
     };
-    if let Some(l) = a.listen {
-        cfg.export.listen = l;
+    if let Some(l) = &a.listen {
+        cfg.export.listen = l.clone();
     }
     if let Some(e) = &a.events {
         cfg.export.events = Some(e.clone());
@@ -150,7 +151,7 @@ async fn daemon(
     };
     let mut out = Outputs { metrics, events, flight };
     let ready = Arc::new(AtomicBool::new(false));
-    let server = HttpServer::bind(cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
+    let server = HttpServer::bind_listen(&cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
     let http = server.handle();
     let serving = server.local_addr();
     tracing::info!("serving /metrics and /healthz on {serving}");
