@@ -134,3 +134,34 @@ fn listen_accepts_port_only_host_names_and_bracketed_v6_as_exporters_do() {
     }
     let _ = std::fs::remove_dir_all(&dumps);
 }
+
+/// The outage fixture's connection: cookie 4887 = 0x1317.
+fn outage() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/outage.jsonl.gz").to_string()
+}
+
+#[test]
+fn cookies_read_as_ss_prints_them_and_every_conn_filter_takes_sk_hex_0x_and_decimal() {
+    // analyze's summary names the connection as `ss -e` does; the JSON keeps the number.
+    let (code, out, err) = tcpvigil(&["analyze", &outage()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("sk:1317 ") && !err.contains("4887"), "{err}");
+    assert!(out.contains("\"cookie\":4887"), "{out}");
+    // watch --conn (replayed, JSON lines) selects the same connection by each form.
+    for form in ["sk:1317", "0x1317", "4887", "SK:1317"] {
+        let (code, out, err) =
+            tcpvigil(&["watch", "--json", "--conn", form, "--replay", &outage(), "--replay-speed", "1000"]);
+        assert_eq!(code, 0, "--conn {form}: {err}");
+        let n = out.lines().filter(|l| l.contains("\"cookie\":4887")).count();
+        assert!(n > 100, "--conn {form} selected {n} events");
+    }
+    // record --conn takes them too (the filter is checked before the output path).
+    for form in ["sk:1f3a", "0x1f3a"] {
+        let (code, _, err) = tcpvigil(&["record", "--out", "/nonexistent-dir/x.jsonl", "--conn", form]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("does not exist") && !err.contains("bad connection filter"), "{form}: {err}");
+    }
+    let (code, _, err) = tcpvigil(&["record", "--out", "/tmp/x.jsonl", "--conn", "sk:xyz"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("sk:HEX"), "{err}");
+}

@@ -6,6 +6,7 @@ use anyhow::Result;
 use tcpvigil::clock::rfc3339 as wall;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{analyze, final_findings};
+use tcpvigil::model::Sk;
 
 use super::common::{read_recording, usage};
 
@@ -44,9 +45,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     eprintln!("tcpvigil: {} events, {} findings", rec.events.len(), shown.len());
     for f in final_findings(&all) {
-        let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
+        let who = f.conn.map(|c| format!("{} {}", Sk(c.cookie), c.tuple)).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
-        eprintln!("  {:?} {} {} at {} ({})", f.kind(), f.cause, who, wall(f.start_ns, off), dur);
+        eprintln!("  {} {} {} at {} ({})", f.kind().as_str(), f.cause, who, wall(f.start_ns, off), dur);
     }
     if let Some(c) = cut {
         return Ok(usage(format!(

@@ -22,7 +22,8 @@ pub struct Args {
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604800))]
     duration: Option<u64>,
-    /// Connections to record (ADDR:PORT, :PORT, ADDR, [V6]:PORT, cookie, LADDR:LPORT-RADDR:RPORT);
+    /// Connections to record (ADDR:PORT, :PORT, ADDR, [V6]:PORT, a socket cookie as sk:HEX, 0xHEX
+    /// or decimal, LADDR:LPORT-RADDR:RPORT);
     /// repeat for several. Without it every connection is recorded.
     #[arg(long = "conn")]
     conns: Vec<String>,

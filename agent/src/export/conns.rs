@@ -192,7 +192,7 @@ impl ConnMetrics {
             let Some(mut l) = table.get(*cookie).map(|e| self.labels(e)) else { continue };
             // The same 4-tuple in two network namespaces: keep the series apart.
             if used.contains(&l.conn) {
-                l.conn = format!("{}#{cookie}", l.conn);
+                l.conn = format!("{}#{}", l.conn, crate::model::Sk(*cookie));
             }
             used.insert(l.conn.clone());
             now.insert(*cookie, l);

@@ -6,7 +6,7 @@ use super::recorder::sink::DumpSink;
 use super::recorder::Recorder;
 use super::{EventsWriter, Health, Metrics};
 use crate::detect::{Input, Pipeline};
-use crate::model::{ConnTable, Finding};
+use crate::model::{ConnTable, Finding, Sk};
 
 /// The flight recorder: histories kept in the daemon's task, dumps written by the sink's thread.
 pub struct Flight {
@@ -58,7 +58,17 @@ impl Outputs {
 
     fn finding(&mut self, f: &Finding, table: &ConnTable) {
         let process = f.conn.and_then(|c| table.get(c.cookie)).and_then(|e| e.process.clone());
-        tracing::info!(kind = ?f.kind(), cause = %f.cause, conn = ?f.conn.map(|c| c.tuple.to_string()), group = ?f.group, ongoing = f.ongoing, duration_s = ?f.duration_s, "finding");
+        // Absent fields are left out (no Rust `None`/`Some(..)` in the log); the cookie as `ss -e` prints it.
+        tracing::info!(
+            kind = f.kind().as_str(),
+            cause = %f.cause,
+            sk = f.conn.map(|c| display(Sk(c.cookie))),
+            conn = f.conn.map(|c| display(c.tuple)),
+            group = f.group.as_deref(),
+            ongoing = f.ongoing,
+            duration_s = f.duration_s,
+            "finding"
+        );
         self.metrics.on_finding(f);
         if let Some(e) = self.events.as_mut() {
             e.write(f, process.as_ref());
