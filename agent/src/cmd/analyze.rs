@@ -40,6 +40,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             o.insert("ts".into(), wall(f.ts_ns, off).into());
             o.insert("start".into(), wall(f.start_ns, off).into());
             o.insert("schema_version".into(), tcpvigil::export::events::EVENTS_SCHEMA_VERSION.into());
+            // The host the recording was made on, as the daemon's events name it.
+            o.insert("host".into(), rec.header.hostname.clone().into());
         }
         println!("{v}");
     }

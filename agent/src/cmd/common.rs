@@ -61,7 +61,7 @@ pub fn kernel_release() -> String {
 }
 
 pub fn hostname() -> String {
-    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+    tcpvigil::export::events::host_name()
 }
 
 /// Refuse early, with what is missing, when BPF cannot be loaded at all.
