@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "tcpvigil",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TCPVIGIL_REVISION"), ")"),
     about = "TCP loss-recovery observability for bulk transfers over long fat networks",
     after_help = cmd::help::top()
 )]

@@ -144,6 +144,9 @@ async fn daemon(
     let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(Box::new(move |id| pre.owner_of(id)));
     let (mut metrics, registry) = Metrics::new_registered(&cfg.export);
     metrics.set_exact_lost_retrans(exact);
+    let choices = &agent.variants.choices;
+    let fallback: Vec<&str> = choices.iter().filter(|c| !c.preferred).map(|c| c.need).collect();
+    metrics.set_hooks(choices.len() - fallback.len(), choices.len(), &fallback);
     let offset = mono_to_unix_ns();
     let events = match &cfg.export.events {
         Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
