@@ -75,8 +75,9 @@ fn every_fixture_through_the_daemons_outputs_gives_the_findings_analyze_gives() 
         let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(lookup);
         let buf = Shared::default();
         let (metrics, registry) = Metrics::new_registered(&cfg.export);
-        let mut out =
-            Outputs { metrics, events: Some(EventsWriter::with_writer(Box::new(buf.clone()), offset)), flight: None };
+        let clock = tcpvigil::clock::WallOffset::with_reader(Box::new(move || offset));
+        let events = Some(EventsWriter::with_writer(Box::new(buf.clone()), offset));
+        let mut out = Outputs::with_clock(metrics, events, None, clock);
         for input in schedule(&rec.events) {
             out.step(&mut pipe, input);
         }

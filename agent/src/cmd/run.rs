@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use tcpvigil::bpf::agent::{Agent, Counters, Msg};
 use tcpvigil::bpf::preowners::PreOwners;
 use tcpvigil::bpf::variants::Prog;
-use tcpvigil::clock::{mono_now_ns, mono_to_unix_ns};
+use tcpvigil::clock::mono_now_ns;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{Input, Pipeline};
 use tcpvigil::export::config::ListenAddr;
@@ -147,12 +147,11 @@ async fn daemon(
     let choices = &agent.variants.choices;
     let fallback: Vec<&str> = choices.iter().filter(|c| !c.preferred).map(|c| c.need).collect();
     metrics.set_hooks(choices.len() - fallback.len(), choices.len(), &fallback);
-    let offset = mono_to_unix_ns();
     let events = match &cfg.export.events {
-        Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), offset).context("opening the events output")?),
+        Some(t) => Some(EventsWriter::open(EventsTarget::parse(t), 0).context("opening the events output")?),
         None => None,
     };
-    let mut out = Outputs { metrics, events, flight };
+    let mut out = Outputs::new(metrics, events, flight);
     let ready = Arc::new(AtomicBool::new(false));
     let server = HttpServer::bind_listen(&cfg.export.listen, web, Arc::new(registry), ready.clone()).await?;
     let http = server.handle();

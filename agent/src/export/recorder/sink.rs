@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -93,6 +93,8 @@ pub struct DumpSink {
     done: Receiver<()>,
     counts: Arc<Counts>,
     dir: PathBuf,
+    /// Monotonic to wall time for dump names and headers, followed when the wall clock steps.
+    offset: Arc<AtomicI64>,
     /// Held while the sink lives: one daemon per dump directory.
     _lock: File,
 }
@@ -116,17 +118,21 @@ impl DumpSink {
         let c = counts.clone();
         let (max_dumps, max_bytes) = (cfg.max_dumps, cfg.max_disk_mib.saturating_mul(1 << 20));
         let d = dir.clone();
+        let offset = Arc::new(AtomicI64::new(header.mono_to_unix_ns));
+        let o = offset.clone();
         std::thread::Builder::new()
             .name("tcpvigil-dumps".into())
             .spawn(move || {
+                let mut header = header;
                 for dump in rx {
                     c.queued.fetch_sub(1, Ordering::SeqCst);
+                    header.mono_to_unix_ns = o.load(Ordering::Relaxed);
                     write_one(&dump, &d, &header, &c, max_dumps, max_bytes);
                 }
                 let _ = done_tx.send(());
             })
             .map_err(io_err(&dir))?;
-        Ok(DumpSink { tx: Some(tx), done, counts, dir, _lock: lock })
+        Ok(DumpSink { tx: Some(tx), done, counts, dir, offset, _lock: lock })
     }
 
     /// Create `dir` if missing (0750; never through a symlink, never one other users can write
@@ -172,6 +178,11 @@ impl DumpSink {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Follow a step of the wall clock: dumps written from now on are named and stamped with it.
+    pub fn set_offset(&self, offset_ns: i64) {
+        self.offset.store(offset_ns, Ordering::Relaxed);
     }
 
     /// Queue a dump for writing; when the queue is full it is dropped, counted and logged.
