@@ -200,6 +200,8 @@ fn bpf_thread(
         })?;
         b.build()?
     };
+    // Attached: this thread keeps only what its loop needs (caps.rs says which and why).
+    crate::caps::after_attach(&|| loaded.skel.maps.tv_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).is_ok());
     let _ = ready.send(Ok(()));
 
     let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));

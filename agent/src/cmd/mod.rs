@@ -7,5 +7,6 @@ pub mod help;
 pub mod notify;
 pub mod plot;
 pub mod record;
+pub mod reload;
 pub mod run;
 pub mod watch;

@@ -70,6 +70,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             return Ok(usage(e));
         }
     }
+    // Privileges before anything is created: nothing is left behind by a run that cannot load.
+    if let Err(e) = require_privileges() {
+        return Ok(usage(e));
+    }
     let rules: Vec<_> = filters.iter().flat_map(|f| f.rules()).collect();
     if rules.len() > tcpvigil::bpf::abi::MAX_FILTERS {
         return Ok(usage(format!(

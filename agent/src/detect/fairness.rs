@@ -185,6 +185,12 @@ impl FairnessDetector {
         }
     }
 
+    /// New settings from the next evaluation on (a reload); groups whose key changes end there.
+    pub fn set_config(&mut self, cfg: FairnessConfig) {
+        self.members_changed |= cfg.phase_min_rtt_ms != self.cfg.phase_min_rtt_ms;
+        self.cfg = cfg;
+    }
+
     /// The streams whose rounds the kernel should report (members of groups of two or more), when
     /// they changed since the last call; none when the send phase is off.
     pub fn phase_members(&mut self) -> Option<HashSet<u64>> {

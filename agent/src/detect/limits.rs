@@ -65,6 +65,11 @@ impl LimitsDetector {
         LimitsDetector { cfg, conns: HashMap::new() }
     }
 
+    /// New thresholds from the next snapshot on (a reload).
+    pub fn set_config(&mut self, cfg: LimitsConfig) {
+        self.cfg = cfg;
+    }
+
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         let s = match &ev.body {
             Body::Snapshot(s) => s,

@@ -135,10 +135,14 @@ pub struct HttpHandle {
 impl HttpHandle {
     /// Load `path` and use it for new connections. On error the old config stays.
     pub fn reload(&self, path: Option<&Path>) -> Result<(), WebConfigError> {
-        let config = path.map(WebConfig::load).transpose()?;
+        self.set(path.map(WebConfig::load).transpose()?);
+        Ok(())
+    }
+
+    /// Use `config` (already loaded) for new connections.
+    pub fn set(&self, config: Option<WebConfig>) {
         let web = Arc::new(web_state(config));
         *self.shared.web.write().unwrap_or_else(|p| p.into_inner()) = web;
-        Ok(())
     }
 }
 

@@ -127,6 +127,14 @@ impl Metrics {
         self.health.register(r);
     }
 
+    /// New `[export]` settings for the series from the next refresh on (a reload; `listen`,
+    /// `web_config` and `events` are the daemon's).
+    pub fn reconfigure(&mut self, cfg: &ExportConfig) {
+        self.conns.reconfigure(cfg.top_k, cfg.bulk_min_bytes, cfg.transfer_filters());
+        self.series_cap = cfg.series_cap;
+        self.max_groups = cfg.max_groups;
+    }
+
     /// Tell whether lost retransmissions come from the exact variant (then only `LostRetrans`
     /// events count, as in `ConnTable`). Set once the hook variants are chosen.
     pub fn set_exact_lost_retrans(&mut self, exact: bool) {

@@ -28,6 +28,11 @@ impl StopDetector {
         StopDetector { cfg, conns: HashMap::new(), want_snapshot: false }
     }
 
+    /// New thresholds from the next event or tick on (a reload); what is in progress stays.
+    pub fn set_config(&mut self, cfg: StopConfig) {
+        self.cfg = cfg;
+    }
+
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         let c = self.conns.entry(ev.conn.cookie).or_insert_with(|| Conn::new(ev.conn, ev.ts_ns));
         tracing::trace!(target: "tcpvigil::stop", conn = %c.id.tuple, ts = ev.ts_ns, body = %trace_body(&ev.body),

@@ -95,6 +95,8 @@ pub struct DumpSink {
     dir: PathBuf,
     /// Monotonic to wall time for dump names and headers, followed when the wall clock steps.
     offset: Arc<AtomicI64>,
+    /// max_dumps and max_disk_mib in bytes, as the writer applies them (a reload changes them).
+    limits: Arc<[AtomicU64; 2]>,
     /// Held while the sink lives: one daemon per dump directory.
     _lock: File,
 }
@@ -116,7 +118,9 @@ impl DumpSink {
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
-        let (max_dumps, max_bytes) = (cfg.max_dumps, cfg.max_disk_mib.saturating_mul(1 << 20));
+        let limits = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        set_limits(&limits, cfg);
+        let l = limits.clone();
         let d = dir.clone();
         let offset = Arc::new(AtomicI64::new(header.mono_to_unix_ns));
         let o = offset.clone();
@@ -127,12 +131,13 @@ impl DumpSink {
                 for dump in rx {
                     c.queued.fetch_sub(1, Ordering::SeqCst);
                     header.mono_to_unix_ns = o.load(Ordering::Relaxed);
-                    write_one(&dump, &d, &header, &c, max_dumps, max_bytes);
+                    let (max_dumps, max_bytes) = (l[0].load(Ordering::Relaxed), l[1].load(Ordering::Relaxed));
+                    write_one(&dump, &d, &header, &c, max_dumps as usize, max_bytes);
                 }
                 let _ = done_tx.send(());
             })
             .map_err(io_err(&dir))?;
-        Ok(DumpSink { tx: Some(tx), done, counts, dir, offset, _lock: lock })
+        Ok(DumpSink { tx: Some(tx), done, counts, dir, offset, limits, _lock: lock })
     }
 
     /// Create `dir` if missing (0750; never through a symlink, never one other users can write
@@ -178,6 +183,11 @@ impl DumpSink {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// New disk bounds (`max_dumps`, `max_disk_mib`), applied after the next dump (a reload).
+    pub fn set_limits(&self, cfg: &RecorderConfig) {
+        set_limits(&self.limits, cfg);
     }
 
     /// Follow a step of the wall clock: dumps written from now on are named and stamped with it.
@@ -239,6 +249,11 @@ impl DumpSink {
         }
         self.counts()
     }
+}
+
+fn set_limits(l: &[AtomicU64; 2], cfg: &RecorderConfig) {
+    l[0].store(cfg.max_dumps as u64, Ordering::Relaxed);
+    l[1].store(cfg.max_disk_mib.saturating_mul(1 << 20), Ordering::Relaxed);
 }
 
 fn write_one(dump: &ReadyDump, dir: &Path, header: &Header, c: &Counts, max_dumps: usize, max_bytes: u64) {
