@@ -2,6 +2,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -90,19 +92,13 @@ impl FairnessConfig {
     }
 }
 
-fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
-    let (a, l) = s.split_once('/')?;
-    let a: IpAddr = a.parse().ok()?;
-    let l: u8 = l.parse().ok()?;
-    (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
+fn parse_cidr(s: &str) -> Option<IpNet> {
+    s.parse().ok()
 }
 
-fn in_cidr(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
-    match (ip.to_canonical(), net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => len == 0 || (u32::from(a) ^ u32::from(n)) >> (32 - len as u32) == 0,
-        (IpAddr::V6(a), IpAddr::V6(n)) => len == 0 || (u128::from(a) ^ u128::from(n)) >> (128 - len as u32) == 0,
-        _ => false,
-    }
+/// An IPv4 peer seen through an IPv6 socket (`::ffff:a.b.c.d`) matches an IPv4 prefix.
+fn in_cidr(ip: IpAddr, net: IpNet) -> bool {
+    net.contains(&ip.to_canonical())
 }
 
 /// The group a connection belongs to.
