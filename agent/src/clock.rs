@@ -22,6 +22,45 @@ pub fn mono_to_unix_ns() -> i64 {
     }
 }
 
+/// The offset between CLOCK_MONOTONIC and wall time as the daemon uses it: read again at every
+/// `refresh`, so that after a step of the wall clock (NTP, an operator's `date -s`) the times of
+/// later events follow it. The reader is injectable (tests step a fake clock).
+pub struct WallOffset {
+    read: Box<dyn FnMut() -> i64 + Send>,
+    now: i64,
+}
+
+/// A change of the offset smaller than this is the jitter of reading two clocks one after the
+/// other (or a slew in progress): it is followed once it adds up to this.
+pub const STEP_NS: i64 = 1_000_000;
+
+impl WallOffset {
+    /// This host's clocks.
+    pub fn system() -> Self {
+        Self::with_reader(Box::new(mono_to_unix_ns))
+    }
+
+    pub fn with_reader(mut read: Box<dyn FnMut() -> i64 + Send>) -> Self {
+        let now = read();
+        WallOffset { read, now }
+    }
+
+    /// The offset in use.
+    pub fn get(&self) -> i64 {
+        self.now
+    }
+
+    /// Read the clocks again; the new offset when it moved by at least `STEP_NS`.
+    pub fn refresh(&mut self) -> Option<i64> {
+        let o = (self.read)();
+        if o.abs_diff(self.now) < STEP_NS as u64 {
+            return None;
+        }
+        self.now = o;
+        Some(o)
+    }
+}
+
 /// Unix time of a monotonic time, given the offset (before 1970 is 1970).
 fn wall(mono_ns: u64, offset_ns: i64) -> std::time::SystemTime {
     let ns = (mono_ns as i128 + offset_ns as i128).clamp(0, u64::MAX as i128) as u64;
@@ -57,5 +96,19 @@ mod tests {
         assert!(mono_now_ns() > 0);
         let o = mono_to_unix_ns();
         assert!((o as i128 + mono_now_ns() as i128 - 1_700_000_000_000_000_000).is_positive(), "{o}");
+    }
+
+    #[test]
+    fn the_offset_follows_a_step_of_the_wall_clock_but_not_the_jitter_of_reading_it() {
+        let fake = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000_000_000_000));
+        let f = fake.clone();
+        let mut w = WallOffset::with_reader(Box::new(move || f.load(std::sync::atomic::Ordering::SeqCst)));
+        assert_eq!(w.get(), 1_000_000_000_000);
+        fake.fetch_add(STEP_NS / 2, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(w.refresh(), None, "jitter");
+        fake.fetch_add(-3_600_000_000_000, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(w.refresh(), Some(1_000_000_000_000 + STEP_NS / 2 - 3_600_000_000_000));
+        assert_eq!(w.get(), 1_000_000_000_000 + STEP_NS / 2 - 3_600_000_000_000);
+        assert!(WallOffset::system().get() > 0);
     }
 }

@@ -179,7 +179,15 @@ pub fn outputs(cfg: &Config, config: Option<&Path>) -> Vec<(&'static str, String
         ("config", config.map_or("none (built-in defaults)".into(), |p| p.display().to_string())),
         ("dumps", dumps),
         ("events", events),
-        ("metrics", format!("{scheme}://{}/metrics", cfg.export.listen)),
+        (
+            "metrics",
+            match cfg.export.listen.host {
+                crate::export::config::Host::Any => {
+                    format!("{scheme}://*{}/metrics (every address)", cfg.export.listen)
+                }
+                _ => format!("{scheme}://{}/metrics", cfg.export.listen),
+            },
+        ),
     ]
 }
 

@@ -5,7 +5,7 @@
 //! the file ours), and locked where two daemons must not share it. Errors quote little of the input.
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -184,15 +184,14 @@ pub fn create(path: &Path, existing: Existing, mode: u32) -> io::Result<File> {
     if existing == Existing::Append {
         flags |= OFlag::O_APPEND;
     }
-    let fd = openat(Some(d.as_raw_fd()), name, flags, Mode::from_bits_truncate(mode)).map_err(|e| match e {
+    let fd = openat(&d, name, flags, Mode::from_bits_truncate(mode)).map_err(|e| match e {
         nix::errno::Errno::ELOOP => {
             err(io::ErrorKind::PermissionDenied, "is a symbolic link; refusing to follow it".into())
         }
         nix::errno::Errno::ENXIO => err(io::ErrorKind::InvalidInput, "a FIFO, not a regular file".into()),
         e => from_nix(e),
     })?;
-    // SAFETY: `fd` was just returned by openat and is owned by nothing else.
-    let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let f = File::from(fd);
     let m = f.metadata()?;
     if !m.is_file() {
         return Err(err(io::ErrorKind::InvalidInput, format!("{}, not a regular file", what(&m))));
@@ -230,18 +229,15 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 pub fn check_create(path: &Path) -> io::Result<()> {
     let (dir, name) = split(path)?;
     let (d, _) = open_dir(dir)?;
-    match nix::sys::stat::fstatat(Some(d.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+    match nix::sys::stat::fstatat(&d, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(_) => {
             // It exists: opening it to append changes nothing.
             create(path, Existing::Append, 0o640).map(drop)
         }
-        Err(nix::errno::Errno::ENOENT) => nix::unistd::faccessat(
-            Some(d.as_raw_fd()),
-            ".",
-            nix::unistd::AccessFlags::W_OK,
-            nix::fcntl::AtFlags::empty(),
-        )
-        .map_err(from_nix),
+        Err(nix::errno::Errno::ENOENT) => {
+            nix::unistd::faccessat(&d, ".", nix::unistd::AccessFlags::W_OK, nix::fcntl::AtFlags::empty())
+                .map_err(from_nix)
+        }
         Err(e) => Err(from_nix(e)),
     }
 }
@@ -254,12 +250,11 @@ pub fn create_dir(path: &Path, mode: u32) -> io::Result<()> {
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), mode).create(dir)?;
     }
     let (d, _) = open_dir(dir)?;
-    match nix::sys::stat::mkdirat(Some(d.as_raw_fd()), name, Mode::from_bits_truncate(mode)) {
+    match nix::sys::stat::mkdirat(&d, name, Mode::from_bits_truncate(mode)) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
         Err(e) => return Err(from_nix(e)),
     }
-    let st = nix::sys::stat::fstatat(Some(d.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_err(from_nix)?;
+    let st = nix::sys::stat::fstatat(&d, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map_err(from_nix)?;
     let kind = st.st_mode & libc::S_IFMT;
     if kind == libc::S_IFLNK {
         return Err(err(io::ErrorKind::PermissionDenied, "is a symbolic link; refusing to follow it".into()));

@@ -2,6 +2,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod bpf;
+pub mod caps;
 pub mod clock;
 pub mod config;
 pub mod detect;

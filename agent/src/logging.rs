@@ -158,10 +158,80 @@ where
     }
 }
 
+/// `key=value` fields as logfmt parsers read them: the message first, then each field; a value
+/// with a space, a quote, an `=` or nothing in it is quoted (`variant="tp_btf/tcp_probe, SACK
+/// blocks parsed"`), strings always are (as tracing writes them).
+pub struct Logfmt;
+
+/// Writes one event's fields in logfmt.
+struct LogfmtVisitor<'a> {
+    w: Writer<'a>,
+    first: bool,
+    result: fmt::Result,
+}
+
+/// `v` as a logfmt value: bare when it needs no quotes, else quoted with `"`, `\` and control
+/// characters escaped.
+pub fn logfmt_value(v: &str, always_quote: bool) -> String {
+    let bare = !always_quote
+        && !v.is_empty()
+        && !v.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=' || c == '\\');
+    if bare {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl LogfmtVisitor<'_> {
+    fn put(&mut self, field: &Field, value: &str, always_quote: bool) {
+        if self.result.is_err() {
+            return;
+        }
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = if field.name() == "message" {
+            write!(self.w, "{sep}{value}")
+        } else {
+            write!(self.w, "{sep}{}={}", field.name(), logfmt_value(value, always_quote))
+        };
+    }
+}
+
+impl Visit for LogfmtVisitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(field, &format!("{value:?}"), false);
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let quote = field.name() != "message";
+        self.put(field, value, quote);
+    }
+}
+
+impl<'w> FormatFields<'w> for Logfmt {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(&self, w: Writer<'w>, fields: R) -> fmt::Result {
+        let mut v = LogfmtVisitor { w, first: true, result: Ok(()) };
+        fields.record(&mut v);
+        v.result
+    }
+}
+
 /// Installs the global subscriber writing to stderr (level filter from TCPVIGIL_LOG, default info).
 pub fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TCPVIGIL_LOG").unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).fmt_fields(Logfmt);
     match choose(format, &Env::current()) {
         Style::Text { ansi } => b.with_ansi(ansi).init(),
         Style::Json => b.with_ansi(false).event_format(JsonFormat).init(),

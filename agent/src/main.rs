@@ -8,8 +8,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "tcpvigil",
-    version,
-    about = "TCP loss-recovery observability for bulk transfers over long fat networks"
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TCPVIGIL_REVISION"), ")"),
+    about = "TCP loss-recovery observability for bulk transfers over long fat networks",
+    after_help = cmd::help::top()
 )]
 struct Cli {
     /// Log style on stderr: auto (journal priorities under systemd, colour only on a terminal),
@@ -23,16 +24,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// What this kernel allows and which variant each hook need uses.
+    #[command(after_help = cmd::help::check())]
     Check(cmd::check::Args),
     /// Write per-ACK samples and events of selected connections to a file.
     Record(cmd::record::Args),
     /// The daemon: diagnoses, Prometheus metrics, JSON events, flight recorder.
+    #[command(after_help = cmd::help::run())]
     Run(cmd::run::Args),
     /// Replay a recording through the detectors and print the diagnoses.
     Analyze(cmd::analyze::Args),
     /// One connection (or a group) live in the terminal; JSON lines when not a terminal.
     Watch(tcpvigil::watch::WatchOpts),
-    /// Pictures of a recording in the papers' style (SVG and PNG).
+    /// Pictures of a recording: goodput, window, scoreboard and sequence over time (SVG and PNG).
     Plot(tcpvigil::plot::PlotArgs),
     /// Man pages and shell completions into a directory (packaging).
     #[command(hide = true)]

@@ -103,7 +103,7 @@ fn writer_lines() -> Vec<Value> {
         finding(LimitReason::RwndLimited.into(), None, json!({"advice": "raise tcp_rmem"})),
         finding(PathScope::Partial.into(), Some(StopOwner::Network), path_ev),
     ];
-    fs.iter().map(|f| finding_json(f, Some(&owner), 0)).collect()
+    fs.iter().map(|f| finding_json(f, Some(&owner), 0, "host-1.example.org")).collect()
 }
 
 #[test]
@@ -124,13 +124,15 @@ fn lines_that_break_the_schema_are_refused_with_the_field_named() {
     }
     let good = writer_lines();
     type Edit = fn(&mut Value);
-    let cases: [(&str, usize, Edit); 7] = [
+    let cases: [(&str, usize, Edit); 9] = [
         ("cause", 0, |v| v["cause"] = "bogus".into()),
         ("cause", 1, |v| v["cause"] = "rto".into()), // a receiver-owned stop is zero_window
         ("kind", 0, |v| v["kind"] = "stopp".into()),
         ("conn", 5, |v| v["conn"] = json!({"cookie": 1})),
         ("ts", 3, |v| v["ts"] = "yesterday".into()),
         ("schema_version", 4, |v| v["schema_version"] = 2.into()),
+        ("schema_version", 2, |v| drop(v.as_object_mut().unwrap().remove("schema_version"))),
+        ("host", 3, |v| drop(v.as_object_mut().unwrap().remove("host"))),
         ("evidence", 5, |v| v["evidence"].as_object_mut().unwrap().retain(|k, _| k != "prefix")),
     ];
     for (field, i, edit) in cases {

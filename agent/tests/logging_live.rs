@@ -62,6 +62,21 @@ fn the_daemons_log_has_no_colour_in_a_file_priorities_for_the_journal_and_json_o
     let start = text.lines().find(|l| l.contains("where tcpvigil writes")).unwrap_or_else(|| panic!("{text}"));
     assert!(start.contains("tvlog-text-") && start.contains(".dumps") && start.contains("events=\"off"), "{start}");
     assert!(start.contains("config=\"none (built-in defaults)\""), "{start}");
+    // logfmt: a value with a space is quoted, so a parser reads every word after `variant=` as
+    // the variant (`variant="tp_btf/tcp_probe, SACK blocks parsed ..."`), not as keys of their own.
+    let hooks: Vec<&str> = text.lines().filter(|l| l.contains("variant=")).collect();
+    assert!(hooks.len() >= 8, "{text}");
+    for l in &hooks {
+        let rest = l.split_once("variant=").unwrap().1;
+        if !rest.starts_with('"') {
+            let after = rest.split_once(' ').map_or("", |(_, r)| r);
+            assert!(
+                after.is_empty() || after.split(' ').next().unwrap().contains('='),
+                "unquoted value with spaces: {l}"
+            );
+        }
+    }
+    assert!(hooks.iter().any(|l| l.contains("variant=\"")), "no variant has a space? {hooks:?}");
 
     // The journal's stream: every line starts with a syslog priority, no timestamp, no escapes.
     let text = daemon_log("journal", &[], true);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{analyze, pipeline::schedule, Pipeline};
-use tcpvigil::export::events::finding_json;
+use tcpvigil::export::events::{finding_json, host_name};
 use tcpvigil::export::outputs::Outputs;
 use tcpvigil::export::{EventsWriter, Metrics};
 use tcpvigil::model::{Body, FindingKind};
@@ -57,8 +57,10 @@ fn every_fixture_through_the_daemons_outputs_gives_the_findings_analyze_gives() 
         let offset = rec.header.mono_to_unix_ns;
 
         // Offline.
-        let offline: Vec<Value> =
-            analyze(&rec.events, &cfg.detect).iter().map(|f| without_process(finding_json(f, None, offset))).collect();
+        let offline: Vec<Value> = analyze(&rec.events, &cfg.detect)
+            .iter()
+            .map(|f| without_process(finding_json(f, None, offset, &host_name())))
+            .collect();
 
         // The daemon's path, fed at the same clock.
         let exact = rec.events.iter().any(|e| matches!(e.body, Body::LostRetrans(_)));
@@ -73,8 +75,9 @@ fn every_fixture_through_the_daemons_outputs_gives_the_findings_analyze_gives() 
         let mut pipe = Pipeline::new(&cfg.detect, exact).with_process_lookup(lookup);
         let buf = Shared::default();
         let (metrics, registry) = Metrics::new_registered(&cfg.export);
-        let mut out =
-            Outputs { metrics, events: Some(EventsWriter::with_writer(Box::new(buf.clone()), offset)), flight: None };
+        let clock = tcpvigil::clock::WallOffset::with_reader(Box::new(move || offset));
+        let events = Some(EventsWriter::with_writer(Box::new(buf.clone()), offset));
+        let mut out = Outputs::with_clock(metrics, events, None, clock);
         for input in schedule(&rec.events) {
             out.step(&mut pipe, input);
         }

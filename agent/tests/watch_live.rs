@@ -290,7 +290,7 @@ fn watch_in_tmux_shows_the_flow_moving_numbers_and_the_path_silent_stop() {
     // The connection: its 4-tuple and cookie in the header, from the first event on (before it,
     // only the empty pane or the "waiting for a connection" screen) until watch exits.
     let tuple = format!("{} → {}", flow.local, flow.remote);
-    let shows = |c: &Capture| c.text.contains(&tuple) && c.text.contains(&format!("cookie {}", flow.cookie));
+    let shows = |c: &Capture| c.text.contains(&tuple) && c.text.contains(&format!("sk:{:x}", flow.cookie));
     let first = caps.iter().position(shows).unwrap_or_else(|| panic!("`{tuple}` never shown:\n{}", caps[0].text));
     for c in &caps[..first] {
         assert!(c.text.trim().is_empty() || c.text.contains("waiting for a connection"), "before: {}", c.text);
@@ -379,7 +379,7 @@ fn watch_in_tmux_with_a_port_filter_opens_on_the_data_connection_not_the_control
                     // The filter also matches the receiver's two sockets (watch sees every
                     // namespace): → until the header shows the control connection.
                     let on_ctl =
-                        caps.last().is_some_and(|c: &Capture| c.text.contains(&format!("cookie {}", ctl.cookie)));
+                        caps.last().is_some_and(|c: &Capture| c.text.contains(&format!("sk:{:x}", ctl.cookie)));
                     if t0.elapsed() > Duration::from_millis(11_500) && !on_ctl && presses < 6 {
                         tmux.run(&["send-keys", "-t", "w", "Right"]);
                         pressed.get_or_insert(unix_ns());
@@ -404,7 +404,7 @@ fn watch_in_tmux_with_a_port_filter_opens_on_the_data_connection_not_the_control
     );
     let (t1, t2) = outage_window(&truth);
     eprintln!("data {data:?}, control {ctl:?}, {} captures", caps.len());
-    let header = |k: u64| format!("cookie {k}");
+    let header = |k: u64| format!("sk:{k:x}");
     let live: Vec<&Capture> = caps.iter().filter(|c| c.live() && !c.summary()).collect();
     // The tabs list the connections in the order seen: the control connection first (what made
     // the view open on it before the fix).

@@ -232,6 +232,8 @@ fn bpf_thread(
         })?;
         b.build()?
     };
+    // Attached: this thread keeps only what its loop needs (caps.rs says which and why).
+    crate::caps::after_attach(&|| loaded.skel.maps.tv_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).is_ok());
     let _ = ready.send(Ok(()));
     // Loading parsed the kernel's BTF (megabytes, once per trial load too) and freed it: hand the
     // pages back, or the RSS keeps them for good.

@@ -150,11 +150,10 @@ fn sockets_of(proc_root: &Path, pid: u32) -> Vec<(u64, u32, u32)> {
     };
     let fd_dir = dir.join("fd");
     let (Ok(d), Ok(entries)) = (std::fs::File::open(&fd_dir), std::fs::read_dir(&fd_dir)) else { return Vec::new() };
-    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&d);
     let mut out = Vec::new();
     for e in entries.flatten() {
         // Relative to the open directory: no path is built per descriptor.
-        if let Ok(l) = nix::fcntl::readlinkat(Some(dirfd), e.file_name().as_os_str()) {
+        if let Ok(l) = nix::fcntl::readlinkat(&d, e.file_name().as_os_str()) {
             if let Some(ino) = socket_inode(&l.to_string_lossy()) {
                 out.push((ino, pid, ns));
             }

@@ -6,6 +6,7 @@ use anyhow::Result;
 use tcpvigil::clock::rfc3339 as wall;
 use tcpvigil::config::Config;
 use tcpvigil::detect::{analyze, final_findings};
+use tcpvigil::model::Sk;
 
 use super::common::{read_recording, usage};
 
@@ -39,14 +40,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             o.insert("ts".into(), wall(f.ts_ns, off).into());
             o.insert("start".into(), wall(f.start_ns, off).into());
             o.insert("schema_version".into(), tcpvigil::export::events::EVENTS_SCHEMA_VERSION.into());
+            // The host the recording was made on, as the daemon's events name it.
+            o.insert("host".into(), rec.header.hostname.clone().into());
         }
         println!("{v}");
     }
     eprintln!("tcpvigil: {} events, {} findings", rec.events.len(), shown.len());
     for f in final_findings(&all) {
-        let who = f.conn.map(|c| c.tuple.to_string()).or(f.group.clone()).unwrap_or_default();
+        let who = f.conn.map(|c| format!("{} {}", Sk(c.cookie), c.tuple)).or(f.group.clone()).unwrap_or_default();
         let dur = f.duration_s.map(|d| format!("{d:.2}s")).unwrap_or_else(|| "in progress".into());
-        eprintln!("  {:?} {} {} at {} ({})", f.kind(), f.cause, who, wall(f.start_ns, off), dur);
+        eprintln!("  {} {} {} at {} ({})", f.kind().as_str(), f.cause, who, wall(f.start_ns, off), dur);
     }
     if let Some(c) = cut {
         return Ok(usage(format!(

@@ -61,25 +61,26 @@ pub fn kernel_release() -> String {
 }
 
 pub fn hostname() -> String {
-    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+    tcpvigil::export::events::host_name()
 }
 
-/// Refuse early, with what is missing, when BPF cannot be loaded at all.
+/// Refuse early, naming what is missing and how to grant it, when BPF cannot be loaded at all;
+/// warn about the capabilities whose absence leaves part of the agent out.
 pub fn require_privileges() -> Result<(), String> {
     // By the effective set, for root too: root in a container may hold only some capabilities.
-    {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let eff = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0);
-        const CAP_SYS_ADMIN: u64 = 1 << 21;
-        const CAP_BPF: u64 = 1 << 39;
-        const CAP_PERFMON: u64 = 1 << 38;
-        if eff & CAP_SYS_ADMIN == 0 && (eff & CAP_BPF == 0 || eff & CAP_PERFMON == 0) {
-            return Err("loading eBPF programs needs root or CAP_BPF+CAP_PERFMON (+CAP_NET_ADMIN for sockops, CAP_SYS_ADMIN to enter other network namespaces); run with sudo".into());
-        }
+    let m = tcpvigil::caps::missing();
+    if !m.required.is_empty() {
+        let who = if nix::unistd::geteuid().is_root() { "root without them" } else { "not root" };
+        let each: Vec<String> = m.required.iter().map(|c| format!("{} to {}", c.name(), c.why())).collect();
+        return Err(format!(
+            "missing {} ({who}): tcpvigil needs {}. To grant them: {}",
+            tcpvigil::caps::names(&m.required),
+            each.join(" and "),
+            tcpvigil::caps::FIX
+        ));
+    }
+    for c in &m.optional {
+        tracing::warn!("{} is missing: no {}; {}", c.name(), c.why(), tcpvigil::caps::FIX);
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err(
@@ -106,18 +107,15 @@ pub async fn interrupted() {
     }
 }
 
-/// Before loading: privileges, then each hook need's variant by trial load. `Err` is the exit
-/// code after the message was printed (2: cannot load at all, 1: an essential need has no variant).
+/// Before loading (after `require_privileges`): each hook need's variant by trial load. `Err` is
+/// the exit code after the message was printed (1: an essential need has no variant).
 pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
-    if let Err(e) = require_privileges() {
-        return Err(usage(e));
-    }
     tcpvigil::bpf::variants::capture_libbpf_log();
     let variants = tcpvigil::bpf::variants::choose();
     if let Some(m) = variants.missing_essential().first() {
         eprintln!("tcpvigil: no working variant for `{}` ({}); the kernel refused:", m.need, m.what);
         for (cand, why) in &m.refused {
-            eprintln!("tcpvigil:   {cand}: {why}");
+            eprintln!("tcpvigil:   {cand}: {why} ({})", super::check::likely_reason(cand, why));
         }
         eprintln!("tcpvigil: run `tcpvigil check` for every need");
         return Err(ExitCode::from(1));

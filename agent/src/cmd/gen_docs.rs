@@ -34,8 +34,43 @@ pub fn run(a: Args, mut cmd: clap::Command) -> Result<ExitCode> {
 }
 
 fn write_man(dir: &Path, cmd: &clap::Command, name: &str) -> Result<()> {
-    let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).section("1").render(&mut buf)?;
     let p = dir.join(format!("{name}.1"));
-    std::fs::write(&p, buf).with_context(|| format!("writing {}", p.display()))
+    std::fs::write(&p, man_page(cmd, name)?).with_context(|| format!("writing {}", p.display()))
+}
+
+/// The page clap_mangen renders, with REQUIREMENTS, ENVIRONMENT and SIGNALS where they apply
+/// (instead of its EXTRA section, which would repeat them as `--help` prints them).
+pub fn man_page(cmd: &clap::Command, name: &str) -> Result<Vec<u8>> {
+    let man = clap_mangen::Man::new(cmd.clone()).section("1");
+    let mut buf = Vec::new();
+    man.render_title(&mut buf)?;
+    man.render_name_section(&mut buf)?;
+    man.render_synopsis_section(&mut buf)?;
+    man.render_description_section(&mut buf)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut buf)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut buf)?;
+    }
+    for (title, rows) in super::help::man_sections(name) {
+        buf.extend_from_slice(format!(".SH {title}\n").as_bytes());
+        for (k, v) in rows {
+            buf.extend_from_slice(format!(".TP\n\\fB{}\\fR\n{}\n", roff(k), roff(v)).as_bytes());
+        }
+    }
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut buf)?;
+    }
+    Ok(buf)
+}
+
+/// Text as roff reads it literally: backslashes and hyphens escaped, no line read as a request.
+fn roff(s: &str) -> String {
+    let t = s.replace('\\', "\\e").replace('-', "\\-");
+    if t.starts_with(['.', '\'']) {
+        format!("\\&{t}")
+    } else {
+        t
+    }
 }

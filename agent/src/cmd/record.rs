@@ -16,13 +16,15 @@ use super::common::*;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// File to write (JSON lines: a header, then one event per line).
+    /// File to write (JSON lines: a header, then one event per line; created 0640), or "-" for
+    /// stdout.
     #[arg(long, short)]
     out: PathBuf,
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604800))]
     duration: Option<u64>,
-    /// Connections to record (ADDR:PORT, :PORT, ADDR, [V6]:PORT, cookie, LADDR:LPORT-RADDR:RPORT);
+    /// Connections to record (ADDR:PORT, :PORT, ADDR, [V6]:PORT, a socket cookie as sk:HEX, 0xHEX
+    /// or decimal, LADDR:LPORT-RADDR:RPORT);
     /// repeat for several. Without it every connection is recorded.
     #[arg(long = "conn")]
     conns: Vec<String>,
@@ -62,7 +64,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(f) => f,
         Err(e) => return Ok(usage(e)),
     };
-    if let Err(e) = check_out_path(&a.out) {
+    let to_stdout = a.out.as_os_str() == "-";
+    if !to_stdout {
+        if let Err(e) = check_out_path(&a.out) {
+            return Ok(usage(e));
+        }
+    }
+    // Privileges before anything is created: nothing is left behind by a run that cannot load.
+    if let Err(e) = require_privileges() {
         return Ok(usage(e));
     }
     let rules: Vec<_> = filters.iter().flat_map(|f| f.rules()).collect();
@@ -73,17 +82,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
             tcpvigil::bpf::abi::MAX_FILTERS
         )));
     }
-    // 0640: a recording names hosts, ports and processes. Never through a symlink (record runs
-    // as root); a bad path is exit 2 before anything is loaded.
-    let file = match tcpvigil::files::create(&a.out, tcpvigil::files::Existing::Truncate, 0o640) {
-        Ok(f) => f,
-        Err(e) => return Ok(usage(format!("cannot create {}: {e}", a.out.display()))),
+    // 0640, like the events file: a recording names hosts, ports and processes (an older file
+    // of that name keeps no wider mode). Never through a symlink (record runs as root); a bad path
+    // is exit 2 before anything is loaded.
+    let out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let created = tcpvigil::files::create(&a.out, tcpvigil::files::Existing::Truncate, 0o640).and_then(|f| {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o640)).map(|()| f)
+        });
+        match created {
+            Ok(f) => Box::new(f),
+            Err(e) => return Ok(usage(format!("cannot create {}: {e}", a.out.display()))),
+        }
     };
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),
     };
-    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut w = BufWriter::with_capacity(1 << 20, out);
     // Daemon-like sampling selects no connection in the kernel; the filters then apply here only.
     let daemon_like = a.sample_every > 0;
     let settings = Settings {
@@ -104,7 +122,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let summary = rt.block_on(pump(agent, &filters, a.duration.map(Duration::from_secs), &mut w))?;
     w.flush()?;
     eprintln!("{summary}");
-    eprintln!("tcpvigil: wrote {}", a.out.display());
+    if !to_stdout {
+        eprintln!("tcpvigil: wrote {}", a.out.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

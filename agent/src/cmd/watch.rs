@@ -18,6 +18,9 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
         rt.block_on(tcpvigil::watch::run(opts, rx))?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Err(e) = require_privileges() {
+        return Ok(usage(e));
+    }
     let variants = match prepare_bpf() {
         Ok(v) => v,
         Err(code) => return Ok(code),

@@ -2,6 +2,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -90,19 +92,13 @@ impl FairnessConfig {
     }
 }
 
-fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
-    let (a, l) = s.split_once('/')?;
-    let a: IpAddr = a.parse().ok()?;
-    let l: u8 = l.parse().ok()?;
-    (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
+fn parse_cidr(s: &str) -> Option<IpNet> {
+    s.parse().ok()
 }
 
-fn in_cidr(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
-    match (ip.to_canonical(), net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => len == 0 || (u32::from(a) ^ u32::from(n)) >> (32 - len as u32) == 0,
-        (IpAddr::V6(a), IpAddr::V6(n)) => len == 0 || (u128::from(a) ^ u128::from(n)) >> (128 - len as u32) == 0,
-        _ => false,
-    }
+/// An IPv4 peer seen through an IPv6 socket (`::ffff:a.b.c.d`) matches an IPv4 prefix.
+fn in_cidr(ip: IpAddr, net: IpNet) -> bool {
+    net.contains(&ip.to_canonical())
 }
 
 /// The group a connection belongs to.
@@ -183,6 +179,12 @@ impl FairnessDetector {
             members: HashSet::new(),
             members_changed: false,
         }
+    }
+
+    /// New settings from the next evaluation on (a reload); groups whose key changes end there.
+    pub fn set_config(&mut self, cfg: FairnessConfig) {
+        self.members_changed |= cfg.phase_min_rtt_ms != self.cfg.phase_min_rtt_ms;
+        self.cfg = cfg;
     }
 
     /// The streams whose rounds the kernel should report (members of groups of two or more), when
@@ -305,7 +307,7 @@ impl FairnessDetector {
                 }
             }
             let unfair = j < self.cfg.jain_below || ratio < self.cfg.ratio_below;
-            let remedy = format!("start the {n} streams RTT/{n} apart (paper 001 held every stream at an equal share that way), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
+            let remedy = format!("start the {n} streams RTT/{n} apart (every stream then held an equal share in \"Fairness analysis of parallel TCP streams on long fat networks\", Sugawara, Inaba and Hiraki), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
             let evidence = |st: &GroupState| {
                 let first = st.behind_since.iter().min_by_key(|(_, t)| **t).map(|(c, t)| (*c, *t));
                 json!({
@@ -399,7 +401,8 @@ impl FairnessDetector {
     }
 }
 
-/// The group's send phase (paper 001's mechanism): each stream's phase within the RTT in send
+/// The group's send phase (the mechanism of "Fairness analysis of parallel TCP streams on long fat
+/// networks"): each stream's phase within the RTT in send
 /// order, how stable the order is, which stream sends last and whether it loses first. Null
 /// until every stream has reported 8 rounds.
 fn send_phase(

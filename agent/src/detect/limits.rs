@@ -16,9 +16,11 @@ pub struct LimitsConfig {
     pub min_busy_s: f64,
     /// Flag when this fraction of busy time was rwnd- or sndbuf-limited.
     pub limited_fraction: f64,
-    /// An MSS below this many bytes is small (paper 004).
+    /// An MSS below this many bytes is small ("Evaluation and discussion of TCP implementations in
+    /// high-speed environments", Kondo and Atsumi: throughput fell with small segments).
     pub small_mss: u32,
-    /// Suggested buffer = this factor x BDP (paper 002 needed about 2.5).
+    /// Suggested buffer = this factor x BDP ("Performance evaluation of TCP/IP in an emulated network
+    /// environment", Nakamura et al., needed about 2.5).
     pub bdp_factor: f64,
 }
 
@@ -61,6 +63,11 @@ fn round_up_mib(bytes: f64) -> u64 {
 impl LimitsDetector {
     pub fn new(cfg: LimitsConfig) -> Self {
         LimitsDetector { cfg, conns: HashMap::new() }
+    }
+
+    /// New thresholds from the next snapshot on (a reload).
+    pub fn set_config(&mut self, cfg: LimitsConfig) {
+        self.cfg = cfg;
     }
 
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {

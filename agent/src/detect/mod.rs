@@ -84,6 +84,14 @@ impl Detectors {
         }
     }
 
+    /// New settings for every detector (a reload): what is in progress carries on under them.
+    pub fn reconfigure(&mut self, cfg: &DetectConfig) {
+        self.stop.set_config(cfg.stop.clone());
+        self.fairness.set_config(cfg.fairness.clone());
+        self.limits.set_config(cfg.limits.clone());
+        self.path.set_config(cfg.path.clone());
+    }
+
     /// One event (already folded into `table`).
     pub fn observe(&mut self, ev: &Event, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();

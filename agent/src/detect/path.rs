@@ -102,6 +102,12 @@ impl PathDetector {
         PathDetector { cfg, single: HashMap::new(), events: HashMap::new() }
     }
 
+    /// New windows and prefix lengths for stops from now on (a reload); events in progress keep
+    /// the prefix they were found under.
+    pub fn set_config(&mut self, cfg: PathConfig) {
+        self.cfg = cfg;
+    }
+
     /// Folds the findings made since `from`: a network stop is tagged with its remote prefix, one
     /// that belongs to an event with the event (exporters print and dump the event instead), and
     /// the event's finding is added when it forms, changes or ends. Other findings pass through.

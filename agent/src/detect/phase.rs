@@ -2,8 +2,8 @@
 //!
 //! A stream's round begins with the ACK that acknowledges what it had sent when the previous round
 //! began; ACK-clocked, it sends its next window then. Measured against one reference stream's
-//! rounds, every stream's round starts fall at a phase (a fraction of the RTT) that paper 001 found
-//! to keep its order: the stream whose data leaves last meets the fullest queue and loses first.
+//! rounds, every stream's round starts fall at a phase (a fraction of the RTT) that "Fairness analysis of
+//! parallel TCP streams on long fat networks" (Sugawara, Inaba, Hiraki) found to keep its order: the stream whose data leaves last meets the fullest queue and loses first.
 use serde::Serialize;
 
 /// The round starts of one stream (monotonic ns, ascending).

@@ -48,6 +48,12 @@ impl Pipeline {
         self
     }
 
+    /// New detector settings from the next input on (the daemon's reload); the table and what
+    /// the detectors have in progress stay.
+    pub fn reconfigure(&mut self, cfg: &DetectConfig) {
+        self.detectors.reconfigure(cfg);
+    }
+
     /// One input; `each` sees every kernel event once the table holds it.
     pub fn feed(&mut self, input: Input<'_>, each: impl FnMut(&Event)) {
         match input {
@@ -138,4 +144,32 @@ pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
         p.feed(input, |_| {});
     }
     p.findings()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::FindingKind;
+
+    fn stops(p: &mut Pipeline, events: &[Event]) -> usize {
+        for input in schedule(events) {
+            p.feed(input, |_| {});
+        }
+        p.findings().iter().filter(|f| f.kind() == FindingKind::Stop).count()
+    }
+
+    #[test]
+    fn a_reconfigured_pipeline_judges_with_the_new_settings() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/outage.jsonl.gz");
+        let rec = crate::recording::open(std::path::Path::new(path)).unwrap();
+        let mut cfg = DetectConfig::default();
+        assert!(stops(&mut Pipeline::new(&cfg, false), &rec.events) > 0, "the outage is a stop by default");
+        let mut p = Pipeline::new(&cfg, false);
+        cfg.stop.min_bytes = u64::MAX;
+        cfg.fairness.phase_min_rtt_ms = 0.0;
+        p.reconfigure(&cfg);
+        assert_eq!(stops(&mut p, &rec.events), 0, "no connection moves u64::MAX bytes");
+        assert_eq!(p.phase_min_srtt_us(), 0);
+        assert_eq!(p.phase_members().map(|(m, _)| m.len()), Some(0), "the kernel is told to stop reporting rounds");
+    }
 }

@@ -1,8 +1,10 @@
 //! The `[export]` section of the daemon's config: where metrics are served, how many series they
 //! may use, where findings go. Checked up front (`validate`) so a bad value stops the daemon
 //! before any BPF is loaded.
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +15,7 @@ use crate::model::Filter;
 #[serde(default, deny_unknown_fields)]
 pub struct ExportConfig {
     /// Address of the HTTP server for `/metrics` and `/healthz`. Loopback unless changed.
-    pub listen: SocketAddr,
+    pub listen: ListenAddr,
     /// A web-config YAML file (the Prometheus exporter-toolkit schema) enabling TLS and/or basic
     /// auth. None: plain HTTP, no auth.
     pub web_config: Option<PathBuf>,
@@ -50,7 +52,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9977";
 impl Default for ExportConfig {
     fn default() -> Self {
         ExportConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9977)),
+            listen: ListenAddr { host: Host::Ip(Ipv4Addr::LOCALHOST.into()), port: 9977 },
             web_config: None,
             top_k: 50,
             series_cap: 2000,
@@ -59,6 +61,111 @@ impl Default for ExportConfig {
             events: None,
             transfers: Vec::new(),
         }
+    }
+}
+
+/// Where the HTTP server listens, in the forms every Prometheus exporter accepts: `IP:PORT`,
+/// `[V6]:PORT`, `:PORT` (every address) and `HOST:PORT` (a name resolved when binding, e.g.
+/// `localhost:9977`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr {
+    pub host: Host,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// `:PORT`: every address, IPv6 and IPv4 (IPv4 only where IPv6 is off).
+    Any,
+    Ip(IpAddr),
+    /// A host name, looked up when binding.
+    Name(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad listen address {}: {why}; use IP:PORT, [IPV6]:PORT, :PORT (every address) or HOST:PORT (e.g. localhost:9977)", crate::files::clip(&format!("{input:?}"), crate::files::QUOTE_BYTES))]
+pub struct ListenAddrError {
+    pub input: String,
+    pub why: &'static str,
+}
+
+impl FromStr for ListenAddr {
+    type Err = ListenAddrError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why| ListenAddrError { input: s.to_string(), why };
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ListenAddr { host: Host::Ip(a.ip()), port: a.port() });
+        }
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| err("no :PORT"))?;
+        let port = port.parse::<u16>().map_err(|_| err("the port is not a number from 0 to 65535"))?;
+        if host.is_empty() {
+            return Ok(ListenAddr { host: Host::Any, port });
+        }
+        if host.contains(':') || host.starts_with('[') {
+            return Err(err("an IPv6 address stands in brackets, as in [::1]:9977"));
+        }
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if host.len() > 253 || !host.trim_end_matches('.').split('.').all(label_ok) {
+            return Err(err("neither an IP address nor a host name"));
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(ListenAddr { host: Host::Ip(ip), port });
+        }
+        Ok(ListenAddr { host: Host::Name(host.to_string()), port })
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            Host::Any => write!(f, ":{}", self.port),
+            Host::Ip(ip) => write!(f, "{}", SocketAddr::new(*ip, self.port)),
+            Host::Name(n) => write!(f, "{n}:{}", self.port),
+        }
+    }
+}
+
+impl ListenAddr {
+    /// The addresses to try, best first: `:PORT` is IPv6's any address (which takes IPv4 too)
+    /// then IPv4's; a name is looked up (its IPv4 addresses first, as `localhost` means
+    /// 127.0.0.1 to a scraper configured with it).
+    pub async fn candidates(&self) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(match &self.host {
+            Host::Any => vec![
+                SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), self.port),
+                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), self.port),
+            ],
+            Host::Ip(ip) => vec![SocketAddr::new(*ip, self.port)],
+            Host::Name(n) => {
+                let mut v: Vec<SocketAddr> = tokio::net::lookup_host((n.as_str(), self.port)).await?.collect();
+                v.sort_by_key(|a| a.is_ipv6());
+                v.dedup();
+                if v.is_empty() {
+                    return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{n} has no address")));
+                }
+                v
+            }
+        })
+    }
+}
+
+impl Serialize for ListenAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -124,8 +231,44 @@ mod tests {
     fn defaults_are_valid_and_bind_loopback() {
         let c = ExportConfig::default();
         c.validate().unwrap();
-        assert!(c.listen.ip().is_loopback());
+        assert_eq!(c.listen.host, Host::Ip(Ipv4Addr::LOCALHOST.into()));
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn listen_takes_every_form_the_exporters_take() {
+        let p = |s: &str| s.parse::<ListenAddr>();
+        assert_eq!(p(":9977"), Ok(ListenAddr { host: Host::Any, port: 9977 }));
+        assert_eq!(p("localhost:9977"), Ok(ListenAddr { host: Host::Name("localhost".into()), port: 9977 }));
+        assert_eq!(p("[::]:9977"), Ok(ListenAddr { host: Host::Ip(Ipv6Addr::UNSPECIFIED.into()), port: 9977 }));
+        assert_eq!(p("0.0.0.0:1"), Ok(ListenAddr { host: Host::Ip(Ipv4Addr::UNSPECIFIED.into()), port: 1 }));
+        assert_eq!(p("[fd00::1]:80").unwrap().to_string(), "[fd00::1]:80");
+        assert_eq!(p("metrics.example.org:9977").unwrap().to_string(), "metrics.example.org:9977");
+        for (bad, why) in [
+            ("9977", "no :PORT"),
+            (":99999", "port"),
+            ("fd00::1:80", "brackets"),
+            ("a b:1", "host name"),
+            ("-x:1", "host name"),
+            ("localhost:", "port"),
+        ] {
+            let e = p(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("HOST:PORT"), "{bad}: {e}");
+        }
+        let c: ExportConfig = toml::from_str("listen = \":9977\"").unwrap();
+        assert_eq!(c.listen.to_string(), ":9977");
+        let e = toml::from_str::<ExportConfig>("listen = \"nope\"").unwrap_err().to_string();
+        assert!(e.contains("bad listen address"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn every_address_is_v6_then_v4_and_localhost_is_loopback_v4_first() {
+        let any: ListenAddr = ":9977".parse().unwrap();
+        let c = any.candidates().await.unwrap();
+        assert_eq!(c, vec!["[::]:9977".parse().unwrap(), "0.0.0.0:9977".parse().unwrap()]);
+        let lo: ListenAddr = "localhost:9977".parse().unwrap();
+        let c = lo.candidates().await.unwrap();
+        assert!(c.iter().all(|a| a.ip().is_loopback()) && c[0].is_ipv4(), "{c:?}");
     }
 
     #[test]

@@ -84,6 +84,11 @@ impl ConnMetrics {
         self.f.register(r);
     }
 
+    /// New top-K, bulk threshold and transfer rules from the next refresh on (a reload).
+    pub fn reconfigure(&mut self, top_k: usize, bulk_min_bytes: u64, transfers: Vec<(String, Filter)>) {
+        (self.top_k, self.bulk_min_bytes, self.transfers) = (top_k, bulk_min_bytes, transfers);
+    }
+
     /// Note when a connection's latest sample and snapshot were taken (the fresher one is used).
     pub fn on_event(&mut self, ev: &Event) {
         let slot = match &ev.body {
@@ -192,7 +197,7 @@ impl ConnMetrics {
             let Some(mut l) = table.get(*cookie).map(|e| self.labels(e)) else { continue };
             // The same 4-tuple in two network namespaces: keep the series apart.
             if used.contains(&l.conn) {
-                l.conn = format!("{}#{cookie}", l.conn);
+                l.conn = format!("{}#{}", l.conn, crate::model::Sk(*cookie));
             }
             used.insert(l.conn.clone());
             now.insert(*cookie, l);

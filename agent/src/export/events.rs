@@ -1,5 +1,5 @@
-//! Findings as JSON lines (`{"schema_version","ts","kind","conn":{...},"start","duration_s","cause",
-//! "evidence","ongoing"}`, docs/schema/events-v1.schema.json) to a file or stdout. Write failures
+//! Findings as JSON lines (`{"schema_version","host","ts","kind","conn":{...},"start","duration_s",
+//! "cause","evidence","ongoing"}`, docs/schema/events-v1.schema.json) to a file or stdout. Write failures
 //! are counted, never fatal.
 use std::fs::File;
 use std::io::{self, Write};
@@ -41,8 +41,13 @@ pub struct EventsError {
 /// (written before it existed) are version 1 too.
 pub const EVENTS_SCHEMA_VERSION: u32 = 1;
 
-/// One finding as the JSON object written on its line.
-pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> Value {
+/// This host's name (what `hostname` prints), for events and recordings merged from many hosts.
+pub fn host_name() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// One finding as the JSON object written on its line, from `host`.
+pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64, host: &str) -> Value {
     let conn = f.conn.map(|c| {
         json!({
             "cookie": c.cookie,
@@ -55,6 +60,7 @@ pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64) -> V
     });
     let mut v = json!({
         "schema_version": EVENTS_SCHEMA_VERSION,
+        "host": host,
         "ts": rfc3339(f.ts_ns, offset_ns),
         "kind": f.kind(),
         "conn": conn,
@@ -91,6 +97,8 @@ pub struct EventsWriter {
     target: Option<EventsTarget>,
     out: Option<Out>,
     offset_ns: i64,
+    /// This host's name, read when the output is opened (and reopened).
+    host: String,
     written: u64,
     errors: u64,
     /// The output ends in part of a line: the next line starts with a newline.
@@ -146,6 +154,7 @@ impl EventsWriter {
             target: Some(target),
             out: Some(out),
             offset_ns,
+            host: host_name(),
             written: 0,
             errors: 0,
             broken: false,
@@ -168,6 +177,7 @@ impl EventsWriter {
             target: None,
             out: Some(Out::Stream(out)),
             offset_ns,
+            host: host_name(),
             written: 0,
             errors: 0,
             broken: false,
@@ -188,6 +198,7 @@ impl EventsWriter {
             self.out = Some(open_target(t)?);
             self.broken = false;
         }
+        self.host = host_name();
         Ok(())
     }
 
@@ -202,7 +213,7 @@ impl EventsWriter {
         if self.broken {
             line.push(b'\n');
         }
-        line.extend_from_slice(finding_json(f, process, self.offset_ns).to_string().as_bytes());
+        line.extend_from_slice(finding_json(f, process, self.offset_ns, &self.host).to_string().as_bytes());
         line.push(b'\n');
         let result = match self.out.as_mut() {
             None => Err(io::Error::other("not open")),
@@ -326,13 +337,16 @@ mod tests {
         assert_eq!(v["conn"]["local"], "10.0.0.1:40000");
         assert_eq!(v["conn"]["pid"], 42);
         assert_eq!(v["conn"]["comm"], "iperf3");
+        assert_eq!(v["host"], host_name());
+        assert!(!host_name().is_empty());
         assert_eq!(v["evidence"]["rtos"], 2);
         assert_eq!(w.written(), 1);
     }
 
     #[test]
     fn an_ongoing_stop_has_null_duration() {
-        let v = finding_json(&stop(true), None, 0);
+        let v = finding_json(&stop(true), None, 0, "h1");
+        assert_eq!(v["host"], "h1");
         assert!(v["duration_s"].is_null());
         assert!(v["conn"]["pid"].is_null());
         assert_eq!(v["ongoing"], true);
@@ -372,7 +386,9 @@ mod tests {
     #[test]
     fn a_stream_cut_mid_line_gets_the_next_line_on_a_line_of_its_own_and_counts_it() {
         let out = Full::default();
-        *out.room.lock().unwrap() = 300;
+        // Room for one line and part of the next.
+        let line = finding_json(&stop(false), None, 0, &host_name()).to_string().len() + 1;
+        *out.room.lock().unwrap() = line + line / 2;
         let mut w = EventsWriter::with_writer(Box::new(out.clone()), 0);
         w.write(&stop(false), None);
         w.write(&stop(false), None);

@@ -25,6 +25,9 @@ macro_rules! families {
         pub struct $name { $(pub $field: $ty,)+ }
 
         impl $name {
+            /// (name under `tcpvigil_`, help) of every family, as /metrics describes them.
+            pub const HELP: &'static [(&'static str, &'static str)] = &[$(($metric, $help)),+];
+
             pub fn new() -> Self {
                 let f = $name { $($field: families!(@make $($init)?),)+ };
                 $($(for l in $labels {
@@ -110,7 +113,7 @@ families! {
             "Slowest over fastest stream goodput in an unfair group";
         group_streams: Family<GroupLabels, Gauge> => "group_streams", "Streams in an unfair group";
         group_order_stability: Family<GroupLabels, GaugeF> => "group_send_order_stability",
-            "Share of the RTT cycles in which an unfair group's streams sent in their usual order (paper 001: the last to send loses first); absent until every stream reported 8 rounds";
+            "Share of the RTT cycles in which an unfair group's streams sent in their usual order (the stream that sends last in the cycle meets the fullest queue and loses first); absent until every stream reported 8 rounds";
         limited: Family<ReasonLabels, Gauge> => "limited_connections",
             "Connections held back by buffers or options, by reason", fixed reasons_all();
     }
@@ -166,8 +169,9 @@ families! {
         recorder_conns: Gauge => "recorder_connections", "Connections with a flight-recorder history";
         snapshot_duration: GaugeF => "snapshot_duration" [Unit::Seconds],
             "Time the last snapshot pass (a look at the connections that moved lately) took";
-        build_info: Family<VersionLabels, Gauge> => "build_info", "Agent version (always 1)",
-            fixed [VersionLabels::this_build()];
+        build_info: Family<BuildLabels, Gauge> => "build_info",
+            "Agent version, source revision and the hook variants this kernel gave it: needs served by their preferred program (of all) and those on a fallback (always 1)",
+            fixed [BuildLabels::this_build()];
         variants: Family<VariantLabels, Gauge> => "hook_variant_info", "Hook variant in use for each need (always 1)";
         prog_run_time: Family<ProgLabels, Counter<f64, AtomicU64>> => "bpf_prog_run_time" [Unit::Seconds],
             "Time spent in each BPF program, estimated from kernel run-time statistics sampled 2 s in every 20 s (bpf.bpf_stats)";
@@ -240,7 +244,6 @@ one_label! {
     KindLabels { kind: &'static str }
     StageLabels { stage: &'static str }
     OutcomeLabels { outcome: &'static str }
-    VersionLabels { version: &'static str }
     ProgLabels { prog: String }
     MapLabels { map: String }
 }
@@ -262,9 +265,30 @@ impl ConnLabels {
     }
 }
 
-impl VersionLabels {
+/// `tcpvigil_build_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    /// `git rev-parse --short HEAD` at build time, or "unknown".
+    pub revision: &'static str,
+    /// Hook needs served by their preferred program, of all needs ("10/10"); empty until the
+    /// variants are chosen.
+    pub hooks_preferred: String,
+    /// Needs served by a fallback variant, comma-separated ("" when none).
+    pub hooks_fallback: String,
+}
+
+/// The source revision the binary was built from (build.rs).
+pub const REVISION: &str = env!("TCPVIGIL_REVISION");
+
+impl BuildLabels {
     pub fn this_build() -> Self {
-        VersionLabels { version: env!("CARGO_PKG_VERSION") }
+        BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: REVISION,
+            hooks_preferred: String::new(),
+            hooks_fallback: String::new(),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use prometheus_client::registry::Registry;
 
 use super::families::{
-    HealthFamilies, KindLabels, MapLabels, OutcomeLabels, ProgLabels, StageLabels, VariantLabels, VersionLabels,
+    BuildLabels, HealthFamilies, KindLabels, MapLabels, OutcomeLabels, ProgLabels, StageLabels, VariantLabels,
     BPF_ERRORS, DROP_STAGES, DUMP_OUTCOMES, RECORD_KINDS,
 };
 use super::series::{health_fixed_series, MAX_MAPS, MAX_PROGRAMS, MAX_VARIANTS};
@@ -104,7 +104,7 @@ fn short(s: &str) -> String {
 impl HealthMetrics {
     pub fn new() -> Self {
         let f = HealthFamilies::new();
-        f.build_info.get_or_create(&VersionLabels::this_build()).set(1);
+        f.build_info.get_or_create(&BuildLabels::this_build()).set(1);
         HealthMetrics {
             f,
             fixed: health_fixed_series(),
@@ -117,6 +117,18 @@ impl HealthMetrics {
 
     pub fn register(&self, r: &mut Registry) {
         self.f.register(r);
+    }
+
+    /// Put the hook summary into build_info: `preferred` of `total` needs on their preferred
+    /// program, `fallback` the needs on a fallback. The series stays one.
+    pub fn set_hooks(&mut self, preferred: usize, total: usize, fallback: &[&str]) {
+        self.f.build_info.clear();
+        let l = BuildLabels {
+            hooks_preferred: format!("{preferred}/{total}"),
+            hooks_fallback: fallback.join(","),
+            ..BuildLabels::this_build()
+        };
+        self.f.build_info.get_or_create(&l).set(1);
     }
 
     /// Increment since the last cumulative value under `key` (a drop restarts from zero).

@@ -44,6 +44,7 @@ pub use limits::{slots, Deadlines};
 use limits::{Peers, WriteDeadline};
 
 use super::auth::Verdict;
+use super::config::ListenAddr;
 use super::webconfig::{WebConfig, WebConfigError};
 
 /// The content type of `/metrics` for clients that ask for OpenMetrics (Prometheus does).
@@ -72,6 +73,8 @@ pub enum HttpError {
     // `err`, not `source`: the message already says it; as a source it was printed twice.
     #[error("cannot listen on {addr}: {err}")]
     Bind { addr: SocketAddr, err: std::io::Error },
+    #[error("cannot listen on {listen}: looking it up: {err}")]
+    Resolve { listen: String, err: std::io::Error },
     #[error("accepting connections on {addr}: {err}")]
     Accept { addr: SocketAddr, err: std::io::Error },
 }
@@ -132,10 +135,14 @@ pub struct HttpHandle {
 impl HttpHandle {
     /// Load `path` and use it for new connections. On error the old config stays.
     pub fn reload(&self, path: Option<&Path>) -> Result<(), WebConfigError> {
-        let config = path.map(WebConfig::load).transpose()?;
+        self.set(path.map(WebConfig::load).transpose()?);
+        Ok(())
+    }
+
+    /// Use `config` (already loaded) for new connections.
+    pub fn set(&self, config: Option<WebConfig>) {
         let web = Arc::new(web_state(config));
         *self.shared.web.write().unwrap_or_else(|p| p.into_inner()) = web;
-        Ok(())
     }
 }
 
@@ -148,6 +155,38 @@ impl HttpServer {
         ready: Arc<AtomicBool>,
     ) -> Result<Self, HttpError> {
         let listener = TcpListener::bind(addr).await.map_err(|err| HttpError::Bind { addr, err })?;
+        Self::on(listener, addr, web, registry, ready)
+    }
+
+    /// Bind the first address of `listen` that can be bound (`:PORT` is IPv6's any address, which
+    /// takes IPv4 too, then IPv4's where IPv6 is off; a host name is looked up).
+    pub async fn bind_listen(
+        listen: &ListenAddr,
+        web: Option<WebConfig>,
+        registry: Arc<Registry>,
+        ready: Arc<AtomicBool>,
+    ) -> Result<Self, HttpError> {
+        let addrs = listen.candidates().await.map_err(|err| HttpError::Resolve { listen: listen.to_string(), err })?;
+        let mut failed = None;
+        for addr in addrs {
+            match TcpListener::bind(addr).await {
+                Ok(l) => return Self::on(l, addr, web, registry, ready),
+                Err(err) => failed = Some(HttpError::Bind { addr, err }),
+            }
+        }
+        Err(failed.unwrap_or_else(|| HttpError::Resolve {
+            listen: listen.to_string(),
+            err: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+        }))
+    }
+
+    fn on(
+        listener: TcpListener,
+        addr: SocketAddr,
+        web: Option<WebConfig>,
+        registry: Arc<Registry>,
+        ready: Arc<AtomicBool>,
+    ) -> Result<Self, HttpError> {
         let addr = listener.local_addr().map_err(|err| HttpError::Bind { addr, err })?;
         let shared = Arc::new(Shared {
             registry,

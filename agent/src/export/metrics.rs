@@ -117,18 +117,34 @@ impl Metrics {
         (m, r)
     }
 
-    /// Register every family (clones share their values) under `tcpvigil_` in `registry`.
+    /// Register every family (clones share their values) under `tcpvigil_` in `registry`, and
+    /// the standard `process_*` metrics at its root.
     pub fn register(&self, registry: &mut Registry) {
+        super::process::register(registry);
         let r = registry.sub_registry_with_prefix("tcpvigil");
         self.f.register(r);
         self.conns.register(r);
         self.health.register(r);
     }
 
+    /// New `[export]` settings for the series from the next refresh on (a reload; `listen`,
+    /// `web_config` and `events` are the daemon's).
+    pub fn reconfigure(&mut self, cfg: &ExportConfig) {
+        self.conns.reconfigure(cfg.top_k, cfg.bulk_min_bytes, cfg.transfer_filters());
+        self.series_cap = cfg.series_cap;
+        self.max_groups = cfg.max_groups;
+    }
+
     /// Tell whether lost retransmissions come from the exact variant (then only `LostRetrans`
     /// events count, as in `ConnTable`). Set once the hook variants are chosen.
     pub fn set_exact_lost_retrans(&mut self, exact: bool) {
         self.exact_lost_retrans = exact;
+    }
+
+    /// The hook variants in build_info: `preferred` of `total` needs on their preferred program,
+    /// `fallback` the needs on a fallback variant.
+    pub fn set_hooks(&mut self, preferred: usize, total: usize, fallback: &[&str]) {
+        self.health.set_hooks(preferred, total, fallback);
     }
 
     /// Count what one event says (host-wide counters) and note sample/snapshot freshness.

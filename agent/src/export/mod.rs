@@ -12,6 +12,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod outputs;
+pub mod process;
 pub mod recorder;
 pub mod series;
 pub mod tls;

@@ -209,8 +209,22 @@ impl Recorder {
         self.jobs.iter().filter(|j| j.cookies.contains(&cookie)).map(|j| j.from_ns).min()
     }
 
+    /// New limits (a reload; `dir` and `enabled` are the caller's): fewer connections are evicted
+    /// at once, a smaller per-connection cap and the window apply from the next event on.
+    pub fn set_config(&mut self, cfg: RecorderConfig) -> Result<(), RecorderError> {
+        cfg.validate()?;
+        self.cfg = cfg;
+        self.evict_to(self.cfg.max_conns);
+        Ok(())
+    }
+
     fn make_room(&mut self) {
-        while self.conns.len() >= self.cfg.max_conns {
+        self.evict_to(self.cfg.max_conns.saturating_sub(1));
+    }
+
+    /// Drop histories until at most `n` remain.
+    fn evict_to(&mut self, n: usize) {
+        while self.conns.len() > n {
             // Closed first, then the least recently active.
             let victim = self.conns.values().min_by_key(|h| (!h.closed, h.last_ns)).map(|h| h.id.cookie);
             match victim {

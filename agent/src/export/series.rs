@@ -25,9 +25,11 @@ fn count(register: impl FnOnce(&mut Registry)) -> usize {
 }
 
 /// Series that exist whatever happens (every fixed label value), health's excluded: stops,
-/// losses, path events, unfair groups, limited connections, the overflow connection series.
+/// losses, path events, unfair groups, limited connections, the overflow connection series, the
+/// process metrics.
 pub fn fixed_series() -> usize {
     count(|r| {
+        super::process::register(r);
         FindingFamilies::new().register(r);
         ConnFamilies::new().register(r);
     })

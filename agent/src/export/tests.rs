@@ -27,7 +27,7 @@ pub(crate) fn series(text: &str) -> Vec<&str> {
 
 /// A strict-enough OpenMetrics check: every family has TYPE and HELP, every sample belongs to
 /// the family declared before it with a suffix its type allows, label sets are well formed,
-/// values parse, names are `tcpvigil_`, counters end in `_total`, and `# EOF` closes the text.
+/// values parse, names are `tcpvigil_` (or the standard `process_`), counters end in `_total`, and `# EOF` closes the text.
 pub(crate) fn check_openmetrics(text: &str) -> Result<(), String> {
     let mut lines: Vec<&str> = text.lines().collect();
     if lines.pop() != Some("# EOF") {
@@ -43,7 +43,8 @@ pub(crate) fn check_openmetrics(text: &str) -> Result<(), String> {
                 if !seen.insert(n.to_string()) {
                     return Err(format!("family {n} declared twice"));
                 }
-                if !n.starts_with("tcpvigil_") {
+                // The standard process metrics keep their standard names.
+                if !n.starts_with("tcpvigil_") && !n.starts_with("process_") {
                     return Err(format!("{n} lacks the tcpvigil_ prefix"));
                 }
                 (family, kind) = (n.to_string(), String::new());
@@ -503,4 +504,21 @@ fn path_events_and_stops_per_remote_prefix_are_counted_without_connection_labels
     assert!(!text.contains("tcpvigil_prefix_stops_in_progress{"), "{text}");
     assert!(text.contains("tcpvigil_path_events_in_progress{scope=\"partial\"} 0\n"), "{text}");
     assert!(text.contains("tcpvigil_path_events_total{scope=\"partial\"} 1\n"), "{text}");
+}
+
+#[test]
+fn build_info_names_the_revision_and_the_hook_variants_in_one_series() {
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    m.set_hooks(9, 10, &["rto"]);
+    m.set_hooks(8, 10, &["rto", "sack"]);
+    let text = scrape(&r);
+    let lines: Vec<&str> = series(&text).into_iter().filter(|l| l.starts_with("tcpvigil_build_info")).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let rev = super::families::REVISION;
+    assert!(!rev.is_empty());
+    for want in [format!("revision=\"{rev}\""), "hooks_preferred=\"8/10\"".into(), "hooks_fallback=\"rto,sack\"".into()]
+    {
+        assert!(lines[0].contains(&want), "{want} not in {}", lines[0]);
+    }
+    assert!(text.contains("process_resident_memory_bytes "), "{text}");
 }

@@ -34,7 +34,18 @@ pub struct ConnId {
 
 impl fmt::Display for ConnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (cookie {}, netns {})", self.tuple, self.cookie, self.netns)
+        write!(f, "{} ({}, netns {})", self.tuple, Sk(self.cookie), self.netns)
+    }
+}
+
+/// A socket cookie as `ss -e` prints it, and as people read it everywhere: `sk:1f3a`
+/// (lowercase hex, no 0x). The JSON events keep the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sk(pub u64);
+
+impl fmt::Display for Sk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sk:{:x}", self.0)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Connection filters as users type them (`ADDR:PORT`, `:PORT`, `ADDR`, `[v6]:PORT`, cookie, `L-R`).
+//! Connection filters as users type them (`ADDR:PORT`, `:PORT`, `ADDR`, `[v6]:PORT`, a socket
+//! cookie as `ss -e` prints it (`sk:HEX`) or as `0xHEX` or decimal, `L-R`).
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
@@ -29,7 +30,7 @@ pub struct Rule {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad connection filter {:?}: {why}; use ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie, or LADDR:LPORT-RADDR:RPORT", crate::files::clip(input, crate::files::QUOTE_BYTES))]
+#[error("bad connection filter {:?}: {why}; use ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie (sk:HEX as `ss -e` prints it, 0xHEX or decimal), or LADDR:LPORT-RADDR:RPORT", crate::files::clip(input, crate::files::QUOTE_BYTES))]
 pub struct FilterError {
     pub input: String,
     pub why: &'static str,
@@ -59,8 +60,17 @@ impl FromStr for Filter {
                 _ => Err(err("the port is not a number from 1 to 65535")),
             };
         }
-        if t.bytes().all(|b| b.is_ascii_digit()) {
-            return match t.parse() {
+        let hex = ["sk:", "0x"]
+            .iter()
+            .find_map(|p| t.get(..p.len()).filter(|h| h.eq_ignore_ascii_case(p)).map(|_| &t[p.len()..]));
+        let cookie = match hex {
+            Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()) => Some(u64::from_str_radix(h, 16)),
+            Some(_) => return Err(err("a socket cookie in hex is sk:HEX or 0xHEX, digits 0-9 a-f")),
+            None if t.bytes().all(|b| b.is_ascii_digit()) => Some(t.parse()),
+            None => None,
+        };
+        if let Some(k) = cookie {
+            return match k {
                 Ok(0) => Err(err("a socket cookie is never 0")),
                 Ok(k) => Ok(Filter::Cookie(k)),
                 Err(_) => Err(err("the cookie does not fit 64 bits")),
@@ -149,6 +159,13 @@ mod tests {
         assert_eq!("[fd00::1]:80".parse(), Ok(Filter::Endpoint("[fd00::1]:80".parse().unwrap())));
         assert_eq!("fd00::1".parse(), Ok(Filter::Addr("fd00::1".parse().unwrap())));
         assert_eq!("12345".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!("sk:3039".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!("SK:3039".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!("0x3039".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!("0X3039".parse(), Ok(Filter::Cookie(12345)));
+        assert_eq!("sk:ffffffffffffffff".parse(), Ok(Filter::Cookie(u64::MAX)));
+        let k = 0x1f3a_u64;
+        assert_eq!(crate::model::Sk(k).to_string().parse(), Ok(Filter::Cookie(k)), "what we print is what we take");
         assert_eq!(
             "10.0.0.1:40000-10.0.0.2:5201".parse(),
             Ok(Filter::Pair("10.0.0.1:40000".parse().unwrap(), "10.0.0.2:5201".parse().unwrap()))
@@ -158,7 +175,18 @@ mod tests {
 
     #[test]
     fn rejects_nonsense_with_a_reason() {
-        for bad in ["", ":0", ":99999", "host.example:80", "1.2.3.4:5-x", "999999999999999999999"] {
+        for bad in [
+            "",
+            ":0",
+            ":99999",
+            "host.example:80",
+            "1.2.3.4:5-x",
+            "999999999999999999999",
+            "sk:",
+            "0x",
+            "sk:xyz",
+            "sk:1_0",
+        ] {
             let e = bad.parse::<Filter>().unwrap_err();
             assert!(e.to_string().contains("bad connection filter"), "{bad}: {e}");
         }
@@ -168,6 +196,8 @@ mod tests {
     fn refuses_filters_that_could_match_no_connection() {
         for (bad, why) in [
             ("0", "never 0"),
+            ("sk:0", "never 0"),
+            ("sk:10000000000000000", "64 bits"),
             ("00", "never 0"),
             ("10.0.0.1:0", "port 0"),
             ("[fd00::1]:0", "port 0"),

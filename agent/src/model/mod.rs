@@ -18,7 +18,7 @@ pub mod table;
 pub mod units;
 
 pub use cause::{Cause, FindingKind, LimitReason, Mechanism, PathScope, StopCause, StopOwner};
-pub use conn::{ConnId, Process, Tuple};
+pub use conn::{ConnId, Process, Sk, Tuple};
 pub use event::{Body, CaState, Event, Retrans, Rto, Sample, Snap, StateChange};
 pub use filter::Filter;
 pub use finding::{Finding, PathTag};

@@ -70,7 +70,7 @@ pub fn conn_figure(s: &ConnSeries) -> String {
         title.push_str(&format!("   {} (pid {})", o.comm, o.pid));
     }
     svg.text(LEFT, 26.0, 18.0, "start", "#111", &title, None, true);
-    let mut sub = format!("cookie {}", s.id.cookie);
+    let mut sub = crate::model::Sk(s.id.cookie).to_string();
     if let Some(n) = &s.snap {
         let o = n.options;
         sub.push_str(&format!(

@@ -224,7 +224,7 @@ pub fn read_bounded(
                 let why = if events.len() >= max_events {
                     Some(format!("more than {max_events} events"))
                 } else if *n >= max_conn {
-                    Some(format!("more than {max_conn} events of connection {}", e.conn.cookie))
+                    Some(format!("more than {max_conn} events of connection {}", crate::model::Sk(e.conn.cookie)))
                 } else {
                     None
                 };
@@ -404,7 +404,10 @@ mod tests {
         assert_eq!(r.events.len(), first_repeat);
         let why = cut.unwrap().why;
         assert!(
-            why.contains(&format!("more than 1 events of connection {}", rec.events[first_repeat].conn.cookie)),
+            why.contains(&format!(
+                "more than 1 events of connection {}",
+                crate::model::Sk(rec.events[first_repeat].conn.cookie)
+            )),
             "{why}"
         );
         assert!(matches!(read_bounded(&buf[..], 6, 6), Ok((_, None))));

@@ -36,8 +36,8 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 /// Options of `tcpvigil watch`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WatchOpts {
-    /// Which connections: ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie, or
-    /// LADDR:LPORT-RADDR:RPORT.
+    /// Which connections: ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie (sk:HEX as
+    /// `ss -e` prints it, 0xHEX or decimal), or LADDR:LPORT-RADDR:RPORT.
     #[arg(long, value_name = "FILTER")]
     pub conn: Filter,
     /// Exit after this many seconds.
@@ -123,7 +123,7 @@ impl fmt::Display for WatchSummary {
         for c in &self.conns {
             let comm = c.comm.as_deref().unwrap_or("?");
             let state = if c.closed { "closed" } else { "still open" };
-            writeln!(f, "{} ({comm}, cookie {}, {state})", c.tuple, c.cookie)?;
+            writeln!(f, "{} ({comm}, {}, {state})", c.tuple, crate::model::Sk(c.cookie))?;
             writeln!(
                 f,
                 "  {} in {:.1} s: mean goodput {}, {:.0} % of the max delivery rate {}",

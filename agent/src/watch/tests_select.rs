@@ -64,7 +64,7 @@ fn a_filter_matching_control_and_data_opens_on_the_data_connection_with_only_its
     assert_eq!(st.conns[0].id.cookie, 777, "the control connection was seen first");
     assert_eq!(st.selected_cookie(), Some(40961), "the view opened on the data connection");
     let s = screen(&st, 160, 48);
-    assert!(s.contains("cookie 40961"), "{s}");
+    assert!(s.contains("sk:a001"), "{s}");
     assert!(s.contains("lost retransmission"), "the data connection's events are shown:\n{s}");
     assert!(!s.contains("FIN_WAIT1"), "the control connection's event leaked into the pane:\n{s}");
     // The user picks the control connection: it stays (no automatic switch back), and the pane
@@ -73,11 +73,11 @@ fn a_filter_matching_control_and_data_opens_on_the_data_connection_with_only_its
     fold_until(&mut st, &inputs, 4000);
     assert_eq!(st.selected_cookie(), Some(777));
     let s = screen(&st, 160, 48);
-    assert!(s.contains("cookie 777") && s.contains("TCP ESTABLISHED -> FIN_WAIT1"), "{s}");
+    assert!(s.contains("sk:309") && s.contains("TCP ESTABLISHED -> FIN_WAIT1"), "{s}");
     assert!(!s.contains("lost retransmission") && !s.contains("STOP"), "the data connection's events leaked:\n{s}");
     // The group view shows every connection's lines, each labelled with its cookie.
     let mut st = WatchState::new(":5201".parse().unwrap(), true, 30);
     fold_until(&mut st, &inputs, 3000);
     let s = screen(&st, 160, 48);
-    assert!(s.contains("#777 TCP ESTABLISHED -> FIN_WAIT1") && s.contains("#40961 "), "{s}");
+    assert!(s.contains("sk:309 TCP ESTABLISHED -> FIN_WAIT1") && s.contains("sk:a001 "), "{s}");
 }

@@ -202,3 +202,19 @@ fn rules_choose_the_group_key() {
     assert_eq!(group_key(&cfg, e), "remote=10.0.0.2");
     assert_eq!(group_key(&FairnessConfig::default(), e), "pid=7,remote=10.0.0.2");
 }
+
+#[test]
+fn remote_cidr_matches_by_prefix_mapped_v4_included_and_bad_ones_are_refused() {
+    let n = |s: &str| parse_cidr(s).unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert!(in_cidr(ip("10.20.7.1"), n("10.20.0.0/16")));
+    assert!(!in_cidr(ip("10.21.0.1"), n("10.20.0.0/16")));
+    assert!(in_cidr(ip("10.20.7.1"), n("10.20.9.9/16")), "host bits in the rule are ignored");
+    assert!(in_cidr(ip("::ffff:10.20.7.1"), n("10.20.0.0/16")), "IPv4 through an IPv6 socket");
+    assert!(in_cidr(ip("1.2.3.4"), n("0.0.0.0/0")));
+    assert!(in_cidr(ip("fd00:72:1::2"), n("fd00:72::/32")) && !in_cidr(ip("fd00:73::1"), n("fd00:72::/32")));
+    assert!(!in_cidr(ip("10.20.7.1"), n("::/0")), "families do not mix");
+    for bad in ["10.0.0.0/33", "10.0.0.0", "x/8", "fd00::/129", ""] {
+        assert!(parse_cidr(bad).is_none(), "{bad}");
+    }
+}

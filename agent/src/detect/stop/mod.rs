@@ -28,6 +28,11 @@ impl StopDetector {
         StopDetector { cfg, conns: HashMap::new(), want_snapshot: false }
     }
 
+    /// New thresholds from the next event or tick on (a reload); what is in progress stays.
+    pub fn set_config(&mut self, cfg: StopConfig) {
+        self.cfg = cfg;
+    }
+
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         // Nothing is kept for a connection whose first records are its state, process or close
         // (most never move data): its samples or snapshots open it here.

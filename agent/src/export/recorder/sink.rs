@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -93,6 +93,10 @@ pub struct DumpSink {
     done: Receiver<()>,
     counts: Arc<Counts>,
     dir: PathBuf,
+    /// Monotonic to wall time for dump names and headers, followed when the wall clock steps.
+    offset: Arc<AtomicI64>,
+    /// max_dumps and max_disk_mib in bytes, as the writer applies them (a reload changes them).
+    limits: Arc<[AtomicU64; 2]>,
     /// Held while the sink lives: one daemon per dump directory.
     _lock: File,
 }
@@ -114,19 +118,26 @@ impl DumpSink {
         let (done_tx, done) = mpsc::channel();
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
-        let (max_dumps, max_bytes) = (cfg.max_dumps, cfg.max_disk_mib.saturating_mul(1 << 20));
+        let limits = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        set_limits(&limits, cfg);
+        let l = limits.clone();
         let d = dir.clone();
+        let offset = Arc::new(AtomicI64::new(header.mono_to_unix_ns));
+        let o = offset.clone();
         std::thread::Builder::new()
             .name("tcpvigil-dumps".into())
             .spawn(move || {
+                let mut header = header;
                 for dump in rx {
                     c.queued.fetch_sub(1, Ordering::SeqCst);
-                    write_one(&dump, &d, &header, &c, max_dumps, max_bytes);
+                    header.mono_to_unix_ns = o.load(Ordering::Relaxed);
+                    let (max_dumps, max_bytes) = (l[0].load(Ordering::Relaxed), l[1].load(Ordering::Relaxed));
+                    write_one(&dump, &d, &header, &c, max_dumps as usize, max_bytes);
                 }
                 let _ = done_tx.send(());
             })
             .map_err(io_err(&dir))?;
-        Ok(DumpSink { tx: Some(tx), done, counts, dir, _lock: lock })
+        Ok(DumpSink { tx: Some(tx), done, counts, dir, offset, limits, _lock: lock })
     }
 
     /// Create `dir` if missing (0750; never through a symlink, never one other users can write
@@ -172,6 +183,16 @@ impl DumpSink {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// New disk bounds (`max_dumps`, `max_disk_mib`), applied after the next dump (a reload).
+    pub fn set_limits(&self, cfg: &RecorderConfig) {
+        set_limits(&self.limits, cfg);
+    }
+
+    /// Follow a step of the wall clock: dumps written from now on are named and stamped with it.
+    pub fn set_offset(&self, offset_ns: i64) {
+        self.offset.store(offset_ns, Ordering::Relaxed);
     }
 
     /// Queue a dump for writing; when the queue is full it is dropped, counted and logged.
@@ -228,6 +249,11 @@ impl DumpSink {
         }
         self.counts()
     }
+}
+
+fn set_limits(l: &[AtomicU64; 2], cfg: &RecorderConfig) {
+    l[0].store(cfg.max_dumps as u64, Ordering::Relaxed);
+    l[1].store(cfg.max_disk_mib.saturating_mul(1 << 20), Ordering::Relaxed);
 }
 
 fn write_one(dump: &ReadyDump, dir: &Path, header: &Header, c: &Counts, max_dumps: usize, max_bytes: u64) {

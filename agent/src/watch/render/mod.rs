@@ -74,7 +74,7 @@ pub fn filter_text(f: &Filter) -> String {
         Filter::Endpoint(a) => a.to_string(),
         Filter::Port(p) => format!(":{p}"),
         Filter::Addr(a) => a.to_string(),
-        Filter::Cookie(c) => format!("cookie {c}"),
+        Filter::Cookie(c) => crate::model::Sk(*c).to_string(),
         Filter::Pair(l, r) => format!("{l}-{r}"),
     }
 }
@@ -181,7 +181,7 @@ fn draw_log(f: &mut Frame, area: Rect, st: &WatchState, only: Option<u64>) {
             LogKind::State | LogKind::Close => Color::Gray,
         };
         let rep = if l.repeat > 1 { format!(" ×{}", l.repeat) } else { String::new() };
-        let who = if with_conn { format!("#{} ", l.cookie) } else { String::new() };
+        let who = if with_conn { format!("{} ", crate::model::Sk(l.cookie)) } else { String::new() };
         let text: Vec<char> = format!("{who}{}{rep}", l.text).chars().collect();
         let mut chunk: Vec<Line> = text
             .chunks(text_w)

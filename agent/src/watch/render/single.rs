@@ -7,7 +7,7 @@ pub(super) fn draw_header(f: &mut Frame, area: Rect, c: &ConnView) {
             format!("{} → {}", c.id.tuple.local, c.id.tuple.remote),
             Style::new().add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!("  cookie {}", c.id.cookie)),
+        Span::raw(format!("  {}", crate::model::Sk(c.id.cookie))),
     ];
     if let Some(o) = &c.process {
         s.push(Span::raw(format!("  {} (pid {})", o.comm, o.pid)));
