@@ -4,7 +4,8 @@
 //! kernels: kernfs ids are inode numbers). The cheap source is /proc/PID/cgroup of the process,
 //! checked against that inode (the process may have moved, its pid been reused); when the process
 //! is gone or hidden (ProtectProc=invisible), a walk of the cgroup2 tree finds the directory with
-//! that inode (at most one walk per second; a cgroup gone by then stays unknown).
+//! that inode (at most one walk per second; a cgroup gone by then stays unknown). A path outside
+//! the daemon's cgroup namespace (`/../..`, a daemon in a pod) is taken as /proc gives it.
 //!
 //! Container names come from the runtime's own files, read once per container: the Kubernetes
 //! CRI annotations of the container's OCI config (containerd, CRI-O), containers/storage's
@@ -162,6 +163,9 @@ impl Cgroups {
             return c.clone();
         }
         let path = match self.proc_path(pid) {
+            // Outside our cgroup namespace (a daemon in a pod): not in the tree we see, but its
+            // names (unit, container, pod) are all in the path.
+            Some(p) if outside(&p) => Some(p),
             Some(p) if self.inode(&p).is_none_or(|i| i == id) => Some(p),
             _ => match self.walk_for(id) {
                 Walked::Found(p) => Some(p),
@@ -216,8 +220,8 @@ impl Cgroups {
     /// The inode of a cgroup's directory (None: no tree to look in, or no such directory).
     fn inode(&self, path: &str) -> Option<u64> {
         let root = self.root.as_ref()?;
-        if path.split('/').any(|c| c == "..") {
-            return Some(0); // outside our cgroup namespace: only a walk can tell
+        if outside(path) {
+            return Some(0);
         }
         Some(std::fs::metadata(root.join(path.trim_start_matches('/'))).map_or(0, |m| m.ino()))
     }
@@ -238,6 +242,11 @@ impl Cgroups {
         self.index = Some((Instant::now(), index));
         found.map_or(Walked::Gone, Walked::Found)
     }
+}
+
+/// A path outside the reader's cgroup namespace (`/../../kubepods/...`).
+fn outside(path: &str) -> bool {
+    path.split('/').any(|c| c == "..")
 }
 
 /// Every directory of the cgroup2 tree under `root`, by inode, as cgroup paths (`/a/b`).
@@ -343,6 +352,17 @@ mod tests {
         assert_eq!(c.walks, 2);
         assert_eq!(c.of(999_999_999, 0), None);
         assert_eq!(c.walks, 2, "a cgroup gone is remembered as such");
+    }
+
+    #[test]
+    fn a_process_outside_our_cgroup_namespace_is_named_by_its_path() {
+        let f = Fake::new("ns");
+        let uid = "0f3b5a1e-2c4d-4e6f-8a9b-0c1d2e3f4a5b";
+        f.process(40, &format!("/../../kubepods/besteffort/pod{uid}/{ID}"));
+        let mut c = f.cgroups(RuntimeFiles::none());
+        let got = c.of(123_456, 40).expect("named by its path");
+        assert_eq!((got.container.as_deref(), got.pod.as_deref()), (Some(ID), Some(uid)));
+        assert_eq!(c.walks, 0, "no walk: the tree we see does not hold it");
     }
 
     #[test]
