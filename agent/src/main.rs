@@ -33,7 +33,7 @@ enum Cmd {
     Run(cmd::run::Args),
     /// Replay a recording through the detectors and print the diagnoses.
     Analyze(cmd::analyze::Args),
-    /// One connection (or a group) live in the terminal; JSON lines when not a terminal.
+    /// The host's bulk connections, or one connection (or a group), live in the terminal; JSON lines when not a terminal.
     Watch(tcpvigil::watch::WatchOpts),
     /// Pictures of a recording: goodput, window, scoreboard and sequence over time (SVG and PNG).
     Plot(tcpvigil::plot::PlotArgs),

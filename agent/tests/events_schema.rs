@@ -94,7 +94,15 @@ fn writer_lines() -> Vec<Value> {
     let stop_ev = json!({"owner": "network", "rtos": 3, "srtt_ms": 40.0});
     let path_ev = json!({"prefix": "10.0.1.0/24", "stopped": 3, "not_stopped": 1, "starts_spread_s": 0.1,
         "conns": [{"cookie": 1, "local": "10.0.0.1:1", "remote": "10.0.1.2:2", "cause": "rto"}]});
-    let owner = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+    // In a Kubernetes pod: every cgroup field the writer knows.
+    let id = "7d186119302244ddad365b484cbd0c9e59d2718a87cea0497650871236bba78c";
+    let mut cg = tcpvigil::model::cgroup::parse(&format!(
+        "/kubepods.slice/kubepods-pod0f3b5a1e_2c4d_4e6f_8a9b_0c1d2e3f4a5b.slice/cri-containerd-{id}.scope"
+    ));
+    (cg.container_name, cg.pod_name, cg.pod_namespace) =
+        (Some("web".into()), Some("web-1".into()), Some("shop".into()));
+    let cgroup = Some(tcpvigil::model::Cgroup::new(cg));
+    let owner = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into(), cgroup };
     let fs = [
         finding(StopCause::PathSilent.into(), Some(StopOwner::Network), stop_ev.clone()),
         finding(StopCause::ZeroWindow.into(), Some(StopOwner::Receiver), stop_ev.clone()),

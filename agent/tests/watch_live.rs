@@ -442,6 +442,124 @@ fn watch_in_tmux_with_a_port_filter_opens_on_the_data_connection_not_the_control
     }
 }
 
+/// The host view's rows (lines with `LOCAL → REMOTE`), in order, and which one the cursor is on
+/// (drawn reversed: `ESC[7m` in the ANSI capture).
+fn host_rows(text: &str, ansi: &str) -> (Vec<String>, Option<usize>) {
+    let rows: Vec<String> =
+        text.lines().filter(|l| l.contains(" → ") && !l.contains("LOCAL →")).map(str::to_string).collect();
+    let ansi_rows: Vec<&str> = ansi.lines().filter(|l| l.contains(" → ") && !l.contains("LOCAL →")).collect();
+    let cursor = ansi_rows.iter().position(|l| l.contains("\x1b[7m"));
+    (rows, cursor)
+}
+
+/// `tcpvigil watch` without `--conn` beside the outage: the host view lists iperf3's data
+/// connection with its process and goodput, marks it stopped while the outage lasts (and not
+/// before), Enter on its row opens the connection view (its cookie in the header, Esc offered),
+/// Esc goes back to the list and q quits with the host summary.
+#[test]
+fn watch_in_tmux_without_a_filter_lists_the_host_and_opens_a_connection_with_enter() {
+    let name = "watch_in_tmux_host";
+    if !require_root(name) || !require_tool(name, "tmux") {
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_tcpvigil");
+    let (truth, (flow, caps, opened, back)) = outage_run(
+        |ns, dst| {
+            let tmux = Tmux::start(&format!("{exe} watch"), 200, 40);
+            std::thread::spawn(move || {
+                let flow = find_flow(&ns, &dst, Duration::from_secs(20)).expect("iperf3's data connection");
+                let ours = format!("{} → {}", flow.local, flow.remote);
+                let mut caps = Vec::new();
+                let (mut opened, mut back) = (None, None);
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_secs(40) {
+                    std::thread::sleep(Duration::from_millis(400));
+                    let (text, ansi) = (tmux.capture(false, false), tmux.capture(true, false));
+                    let now = unix_ns();
+                    caps.push(Capture { unix_ns: now, text: text.clone(), ansi: ansi.clone(), exited: false });
+                    // 1.5 s after the outage (7 s to 9.5 s) and its RTO: open our row, look, go back, quit.
+                    if t0.elapsed() < Duration::from_millis(11_000) {
+                        continue;
+                    }
+                    if opened.is_none() {
+                        let (rows, cursor) = host_rows(&text, &ansi);
+                        let (Some(at), Some(cur)) = (rows.iter().position(|r| r.contains(&ours)), cursor) else {
+                            continue;
+                        };
+                        let key = if at > cur { "Down" } else { "Up" };
+                        for _ in 0..at.abs_diff(cur) {
+                            tmux.run(&["send-keys", "-t", "w", key]);
+                        }
+                        if at == cur {
+                            tmux.run(&["send-keys", "-t", "w", "Enter"]);
+                            opened = Some(now);
+                        }
+                    } else if back.is_none()
+                        && text.contains(&format!("cookie {}", flow.cookie))
+                        && text.contains("┌ now")
+                    {
+                        tmux.run(&["send-keys", "-t", "w", "Escape"]);
+                        back = Some(now);
+                    } else if back.is_some() && text.contains("this host") {
+                        tmux.run(&["send-keys", "-t", "w", "q"]);
+                        std::thread::sleep(Duration::from_millis(800));
+                        caps.push(Capture {
+                            unix_ns: unix_ns(),
+                            text: tmux.capture(false, true),
+                            ansi: String::new(),
+                            exited: tmux.exited(),
+                        });
+                        break;
+                    }
+                }
+                (flow, caps, opened, back)
+            })
+        },
+        |h, _| h.join().expect("the capture thread"),
+    );
+    let (t1, t2) = outage_window(&truth);
+    let ours = format!("{} → {}", flow.local, flow.remote);
+    let row = |c: &Capture| c.text.lines().find(|l| l.contains(&ours)).map(str::to_string);
+    let listed: Vec<(&Capture, String)> = caps
+        .iter()
+        .filter(|c| c.text.contains("tcpvigil watch: this host"))
+        .filter_map(|c| row(c).map(|r| (c, r)))
+        .collect();
+    eprintln!("{} captures, {} list the flow {flow:?}", caps.len(), listed.len());
+    assert!(
+        listed.len() >= 5,
+        "the host view listed the flow in only {} captures:\n{}",
+        listed.len(),
+        caps[caps.len() / 2].text
+    );
+    // Its process, and goodput that moves before the outage.
+    assert!(listed.iter().all(|(_, r)| r.contains("iperf3[")), "{:?}", listed[0].1);
+    let before: Vec<&String> = listed.iter().filter(|(c, _)| c.unix_ns < t1).map(|(_, r)| r).collect();
+    assert!(before.iter().any(|r| r.contains("bit/s") && !r.trim_start().starts_with("0 bit/s")), "{before:?}");
+    for r in &before {
+        assert!(!r.contains("STOP"), "stopped before the outage: {r}");
+    }
+    let during = listed.iter().filter(|(c, _)| c.unix_ns > t1 + 500_000_000 && c.unix_ns < t2);
+    let stopped = during.clone().find(|(_, r)| r.contains("STOP "));
+    assert!(
+        stopped.is_some(),
+        "never marked stopped during the outage: {:?}",
+        during.map(|(_, r)| r).collect::<Vec<_>>()
+    );
+    // Enter opened it, with per-ACK numbers, Esc offered; Esc came back to the list; q quit.
+    let opened = opened.expect("Enter was pressed on the flow's row");
+    let back = back.expect("the connection view opened with the flow's cookie");
+    let view = caps.iter().find(|c| c.unix_ns > opened && c.unix_ns <= back).expect("a capture of the connection view");
+    assert!(view.text.contains(&format!("cookie {}", flow.cookie)) && view.text.contains(" Esc "), "{}", view.text);
+    assert!(
+        caps.iter().any(|c| c.unix_ns > back && c.text.contains("tcpvigil watch: this host")),
+        "Esc did not go back"
+    );
+    let last = caps.last().unwrap();
+    assert!(last.exited, "q did not quit:\n{}", last.text);
+    assert!(last.text.contains("connections moved data on this host"), "{}", last.text);
+}
+
 // ---------------------------------------------------------------- --json against record
 
 fn spawn_with_ready(args: &[String], ready: &Path) -> Child {

@@ -197,7 +197,10 @@ fn bpf_thread(
     let mut loaded = load(&mut storage, &variants, &settings)?;
     let own_ns = std::fs::File::open("/proc/thread-self/ns/net").context("opening own network namespace")?;
 
-    let push = |ev: Event, c: &Counters| {
+    // Each process gets its cgroup here, once per cgroup (bpf/cgroup.rs).
+    let cgroups = std::cell::RefCell::new(super::cgroup::Cgroups::host());
+    let push = |mut ev: Event, c: &Counters| {
+        cgroups.borrow_mut().attach(&mut ev);
         c.events.fetch_add(1, Ordering::Relaxed);
         if tx.try_send(Msg::Event(ev)).is_err() {
             c.channel_dropped.fetch_add(1, Ordering::Relaxed);

@@ -118,7 +118,13 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
         }
         tv_kind::TV_K_OWNER => {
             let e: tv_owner = read(b);
-            Body::Process(Process { pid: e.tgid, uid: e.uid, cgroup_id: e.cgroup_id, comm: comm(&e.comm) })
+            Body::Process(Process {
+                pid: e.tgid,
+                uid: e.uid,
+                cgroup_id: e.cgroup_id,
+                comm: comm(&e.comm),
+                cgroup: None,
+            })
         }
         tv_kind::TV_K_SNAPSHOT => Body::Snapshot(snap(&read::<tv_snap>(b))),
         tv_kind::TV_K_CLOSE => Body::Close(snap(&read::<tv_snap>(b))),
@@ -243,7 +249,7 @@ fn snap(s: &tv_snap) -> Snap {
         busy_us: s.busy_us,
         rwnd_limited_us: s.rwnd_limited_us,
         sndbuf_limited_us: s.sndbuf_limited_us,
-        process: Process { pid: s.tgid, uid: s.uid, cgroup_id: s.tgid_cgroup, comm: comm(&s.comm) },
+        process: Process { pid: s.tgid, uid: s.uid, cgroup_id: s.tgid_cgroup, comm: comm(&s.comm), cgroup: None },
     }
 }
 

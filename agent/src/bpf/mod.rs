@@ -1,6 +1,7 @@
 //! The kernel side: load and choose hook variants, attach, read the ring buffer, decode.
 pub mod abi;
 pub mod agent;
+pub mod cgroup;
 pub mod decode;
 pub mod kconfig;
 pub mod load;

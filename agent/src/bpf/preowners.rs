@@ -5,6 +5,7 @@ use std::io::BufRead;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
+use super::cgroup::{Cgroups, RuntimeFiles};
 use crate::model::{ConnId, Process};
 
 /// TCP states as /proc/net/tcp prints them.
@@ -64,6 +65,7 @@ impl PreOwners {
             netns_pid.entry(ns).or_insert(pid);
         }
         let mut out = PreOwners::default();
+        let mut cgroups = Cgroups::new(proc_root, super::load::cgroup2_root().ok(), RuntimeFiles::host());
         let mut line = String::new();
         for (&ns, &pid) in &netns_pid {
             for file in ["tcp", "tcp6"] {
@@ -82,7 +84,7 @@ impl PreOwners {
                     if owner_ns != ns {
                         continue;
                     }
-                    let id = out.owner_id(proc_root, owner_pid, s.uid);
+                    let id = out.owner_id(proc_root, owner_pid, s.uid, &mut cgroups);
                     out.add_id(ns, &s, id);
                 }
             }
@@ -91,15 +93,17 @@ impl PreOwners {
         out
     }
 
-    /// The index of a process's owner record, read from /proc once per process.
-    fn owner_id(&mut self, proc_root: &Path, pid: u32, uid: u32) -> u32 {
+    /// The index of a process's owner record, read from /proc once per process (its cgroup once
+    /// per cgroup).
+    fn owner_id(&mut self, proc_root: &Path, pid: u32, uid: u32, cgroups: &mut Cgroups) -> u32 {
         if let Some(&i) = self.by_pid.get(&pid) {
             return i;
         }
         let comm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm"))
             .map(|c| c.trim_end().to_string())
             .unwrap_or_default();
-        self.owners.push(Process { pid, uid, cgroup_id: 0, comm });
+        let (cgroup_id, cgroup) = cgroups.of_pid(pid).map_or((0, None), |(id, c)| (id, Some(c)));
+        self.owners.push(Process { pid, uid, cgroup_id, comm, cgroup });
         let i = self.owners.len() as u32 - 1;
         self.by_pid.insert(pid, i);
         i
@@ -213,7 +217,7 @@ mod tests {
     use crate::model::Tuple;
 
     fn owner(pid: u32, comm: &str) -> Process {
-        Process { pid, uid: 0, cgroup_id: 0, comm: comm.into() }
+        Process { pid, uid: 0, cgroup_id: 0, comm: comm.into(), cgroup: None }
     }
 
     fn id(ns: u32, local: &str, remote: &str) -> ConnId {
@@ -283,6 +287,11 @@ mod tests {
         let ns = std::fs::read_link("/proc/self/ns/net").ok().and_then(|l| ns_inode(&l.to_string_lossy())).unwrap();
         let o = p.owner_of(&id(ns, &addr.to_string(), "127.0.0.1:1")).expect("the listener is found");
         assert_eq!(o.pid, std::process::id());
+        // Its cgroup, as /proc/self/cgroup names it.
+        let me = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let want = crate::model::cgroup::v2_path(&me).map(str::to_string);
+        assert_eq!(o.cgroup.as_ref().map(|c| c.path.clone()), want);
+        assert_eq!(o.cgroup_id != 0, want.is_some() && super::super::load::cgroup2_root().is_ok());
         assert!(p.owner_of(&id(ns, "127.0.0.1:1", "127.0.0.1:2")).is_none());
         assert!(PreOwners::scan(Path::new("/nonexistent")).counts() == (0, 0));
     }

@@ -1,5 +1,7 @@
 //! Per-connection series for a bounded top-K of bulk connections, everything else summed into
 //! one overflow series (`conn="other"`); closed connections' series go away at the next refresh.
+//! Labels: the connection, its process's command, transfer, container and systemd unit (bounded
+//! as the series are, by top-K).
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
@@ -60,9 +62,14 @@ fn addr(a: SocketAddr) -> String {
     }
 }
 
-/// A command name as a short printable label value.
+/// A name as a short printable label value.
+fn printable(s: &str, max: usize) -> String {
+    s.chars().take(max).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
+}
+
+/// A command name as a label value.
 fn comm(s: &str) -> String {
-    s.chars().take(16).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
+    printable(s, 16)
 }
 
 impl ConnMetrics {
@@ -109,10 +116,13 @@ impl ConnMetrics {
         let transfer =
             self.transfers.iter().find(|(_, f)| f.matches(&e.id)).map(|(n, _)| n.clone()).unwrap_or_default();
         let process = e.process.as_ref().or(e.snap.as_ref().map(|s| &s.process));
+        let cgroup = process.and_then(|p| p.cgroup.as_ref());
         ConnLabels {
             conn: format!("{}>{}", addr(t.local), addr(t.remote)),
             comm: process.map(|p| comm(&p.comm)).unwrap_or_default(),
             transfer,
+            container: cgroup.and_then(|c| c.container_label()).map(|c| printable(c, 64)).unwrap_or_default(),
+            unit: cgroup.and_then(|c| c.unit.as_deref()).map(|u| printable(u, 128)).unwrap_or_default(),
         }
     }
 
@@ -245,5 +255,53 @@ impl ConnMetrics {
         self.f.goodput.remove(l);
         self.f.efficiency.remove(l);
         self.f.stopped.remove(l);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::tests::{conn, ev, snap};
+    use crate::model::{cgroup, Cgroup};
+
+    #[test]
+    fn a_top_k_series_is_labelled_with_its_container_and_unit() {
+        let id = "7d186119302244ddad365b484cbd0c9e59d2718a87cea0497650871236bba78c";
+        let mut boxed = cgroup::parse(&format!("/machine.slice/libpod-{id}.scope"));
+        let unnamed = Cgroup::new(boxed.clone());
+        boxed.container_name = Some("tv-box".into());
+        let cgroups = [
+            Some(Cgroup::new(boxed)),
+            Some(unnamed),
+            Some(Cgroup::new(cgroup::parse("/system.slice/sync.service"))),
+            None,
+        ];
+        let mut m = ConnMetrics::new(10, 1, Vec::new());
+        let mut reg = Registry::default();
+        m.register(&mut reg);
+        let mut t = ConnTable::new(false);
+        for round in 0..2u64 {
+            for (i, cg) in cgroups.iter().enumerate() {
+                let mut s = snap((2 << 20) + round * 1_000_000);
+                s.process.cgroup = cg.clone();
+                let e = ev(1_000_000_000 * (round + 1), conn(i as u32), Body::Snapshot(s));
+                t.apply(&e);
+                m.on_event(&e);
+            }
+            m.refresh(&t, &HashSet::new(), 10);
+        }
+        let text = crate::export::tests::scrape(&reg);
+        let unit = format!("libpod-{id}.scope");
+        for (c, want) in [
+            (0, format!("container=\"tv-box\",unit=\"{unit}\"")),
+            (1, format!("container=\"{}\",unit=\"{unit}\"", &id[..12])),
+            (2, "container=\"\",unit=\"sync.service\"".to_string()),
+            (3, "container=\"\",unit=\"\"".to_string()),
+        ] {
+            let t = conn(c).tuple;
+            let line = text.lines().find(|l| l.contains(&format!("conn=\"{}>{}\"", t.local, t.remote)));
+            let line = line.unwrap_or_else(|| panic!("no series of conn {c}:\n{text}"));
+            assert!(line.contains(&want), "{want} not in {line}");
+        }
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::clock::rfc3339;
 use crate::files::{self, Existing};
-use crate::model::{Finding, Process};
+use crate::model::{CgroupInfo, Finding, Process};
 
 /// Where findings go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,14 +49,18 @@ pub fn host_name() -> String {
 /// One finding as the JSON object written on its line, from `host`.
 pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64, host: &str) -> Value {
     let conn = f.conn.map(|c| {
-        json!({
+        let mut v = json!({
             "cookie": c.cookie,
             "netns": c.netns,
             "local": c.tuple.local.to_string(),
             "remote": c.tuple.remote.to_string(),
             "pid": process.map(|p| p.pid),
             "comm": process.map(|p| p.comm.as_str()),
-        })
+        });
+        if let (Some(cg), Some(o)) = (process.and_then(|p| p.cgroup.as_ref()), v.as_object_mut()) {
+            cgroup_fields(o, cg);
+        }
+        v
     });
     let mut v = json!({
         "schema_version": EVENTS_SCHEMA_VERSION,
@@ -80,6 +84,24 @@ pub fn finding_json(f: &Finding, process: Option<&Process>, offset_ns: i64, host
         o.insert("mechanism".into(), Value::String(m.as_str().into()));
     }
     v
+}
+
+/// The process's cgroup under `conn`: its path, and the unit, container and pod where known.
+fn cgroup_fields(o: &mut serde_json::Map<String, Value>, cg: &CgroupInfo) {
+    o.insert("cgroup".into(), cg.path.clone().into());
+    let known = [
+        ("unit", &cg.unit),
+        ("container", &cg.container),
+        ("container_name", &cg.container_name),
+        ("pod", &cg.pod),
+        ("pod_name", &cg.pod_name),
+        ("pod_namespace", &cg.pod_namespace),
+    ];
+    for (k, v) in known {
+        if let Some(v) = v {
+            o.insert(k.into(), v.clone().into());
+        }
+    }
 }
 
 /// Where lines go: a file (cut back to its last whole line after a failed write) or a stream
@@ -323,7 +345,7 @@ mod tests {
         let buf = Shared::default();
         // Monotonic 0 is 2026-01-01T00:00:00Z.
         let mut w = EventsWriter::with_writer(Box::new(buf.clone()), 1_767_225_600_000_000_000);
-        let process = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+        let process = Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into(), cgroup: None };
         w.write(&stop(false), Some(&process));
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1);
@@ -341,6 +363,23 @@ mod tests {
         assert!(!host_name().is_empty());
         assert_eq!(v["evidence"]["rtos"], 2);
         assert_eq!(w.written(), 1);
+    }
+
+    #[test]
+    fn a_process_in_a_container_names_it_under_conn() {
+        let id = "7d186119302244ddad365b484cbd0c9e59d2718a87cea0497650871236bba78c";
+        let mut info = crate::model::cgroup::parse(&format!("/machine.slice/libpod-{id}.scope"));
+        info.container_name = Some("box".into());
+        let cgroup = Some(crate::model::Cgroup::new(info));
+        let process = Process { pid: 42, uid: 0, cgroup_id: 9, comm: "iperf3".into(), cgroup };
+        let v = finding_json(&stop(false), Some(&process), 0, "h1");
+        let c = &v["conn"];
+        assert_eq!(c["cgroup"], format!("/machine.slice/libpod-{id}.scope"));
+        assert_eq!((c["container"].as_str(), c["container_name"].as_str()), (Some(id), Some("box")));
+        assert_eq!(c["unit"], format!("libpod-{id}.scope"));
+        assert!(c.get("pod").is_none(), "only what is known: {c}");
+        let bare = finding_json(&stop(false), Some(&Process { cgroup: None, ..process }), 0, "h1");
+        assert!(bare["conn"].get("cgroup").is_none() && bare["conn"]["pid"] == 42);
     }
 
     #[test]

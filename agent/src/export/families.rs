@@ -257,11 +257,21 @@ pub struct ConnLabels {
     pub comm: String,
     /// The transfer this connection belongs to (`export.transfers`), or empty.
     pub transfer: String,
+    /// The process's container: its name, else its id's first 12 digits; or empty.
+    pub container: String,
+    /// The process's systemd unit, or empty.
+    pub unit: String,
 }
 
 impl ConnLabels {
     pub fn other() -> Self {
-        ConnLabels { conn: "other".into(), comm: String::new(), transfer: String::new() }
+        ConnLabels {
+            conn: "other".into(),
+            comm: String::new(),
+            transfer: String::new(),
+            container: String::new(),
+            unit: String::new(),
+        }
     }
 }
 

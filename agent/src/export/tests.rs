@@ -128,7 +128,7 @@ pub(crate) fn snap(bytes: u64) -> Snap {
         rate_delivered: 100,
         rate_interval_us: 10_000,
         bytes_acked: bytes,
-        process: Process { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into() },
+        process: Process { pid: 7, uid: 0, cgroup_id: 1, comm: "iperf3".into(), cgroup: None },
         ..Snap::default()
     }
 }
@@ -240,10 +240,10 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         "tcpvigil_bpf_prog_runs_total{prog=\"tcp_probe\"} 10",
         "tcpvigil_bpf_prog_recursion_misses_total{prog=\"tcp_probe\"} 3",
         "tcpvigil_tracked_connections 20",
-        "tcpvigil_conn_goodput_bytes_per_second{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 19000000.0",
-        "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 0.01",
-        "tcpvigil_conn_in_flight_segments{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 75",
-        "tcpvigil_conn_stop_in_progress{conn=\"10.0.0.1:20001>10.1.1.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\"} 1",
+        "tcpvigil_conn_goodput_bytes_per_second{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\",container=\"\",unit=\"\"} 19000000.0",
+        "tcpvigil_conn_srtt_seconds{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\",container=\"\",unit=\"\"} 0.01",
+        "tcpvigil_conn_in_flight_segments{conn=\"10.0.0.1:20019>10.1.19.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\",container=\"\",unit=\"\"} 75",
+        "tcpvigil_conn_stop_in_progress{conn=\"10.0.0.1:20001>10.1.1.1:5201\",comm=\"iperf3\",transfer=\"bulk-a\",container=\"\",unit=\"\"} 1",
         "tcpvigil_stop_duration_seconds_count{owner=\"network\",cause=\"rto\"} 0",
     ] {
         assert!(text.contains(want), "missing {want}\n{text}");

@@ -4,6 +4,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::Cgroup;
+
 /// Local and remote end of a connection as this host sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Tuple {
@@ -55,6 +57,11 @@ impl fmt::Display for Sk {
 pub struct Process {
     pub pid: u32,
     pub uid: u32,
+    /// Its cgroup v2 id (the cgroup directory's inode number), 0 when not known.
     pub cgroup_id: u64,
     pub comm: String,
+    /// What its cgroup's path says (unit, container, pod), read once per cgroup and shared by
+    /// every process and socket in it; None when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Cgroup>,
 }

@@ -10,6 +10,7 @@
 //! state (`detect::stop`), the terminal's `watch::ConnView`, a picture's `plot::series::ConnSeries`,
 //! and the rates behind the per-connection metrics (`export::conns`).
 pub mod cause;
+pub mod cgroup;
 pub mod conn;
 pub mod event;
 pub mod filter;
@@ -18,6 +19,7 @@ pub mod table;
 pub mod units;
 
 pub use cause::{Cause, FindingKind, LimitReason, Mechanism, PathScope, StopCause, StopOwner};
+pub use cgroup::{Cgroup, CgroupInfo};
 pub use conn::{ConnId, Process, Sk, Tuple};
 pub use event::{Body, CaState, Event, Retrans, Rto, Sample, Snap, StateChange};
 pub use filter::Filter;

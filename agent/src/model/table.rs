@@ -322,7 +322,7 @@ mod tests {
     }
 
     fn process(pid: u32) -> Process {
-        Process { pid, uid: 0, cgroup_id: 0, comm: format!("p{pid}") }
+        Process { pid, uid: 0, cgroup_id: 0, comm: format!("p{pid}"), cgroup: None }
     }
 
     const S: u64 = 1_000_000_000;

@@ -176,7 +176,7 @@ impl Sim {
 /// Paper-000 outage: a 10 s transfer with a stop from 1.0 s to 4.0 s, and the detector's findings.
 pub fn outage() -> (Recording, Vec<Finding>) {
     let id = conn(40961, "10.77.0.1:40000", "10.77.1.2:5201");
-    let process = Process { pid: 4242, uid: 0, cgroup_id: 1, comm: "iperf3".into() };
+    let process = Process { pid: 4242, uid: 0, cgroup_id: 1, comm: "iperf3".into(), cgroup: None };
     let mut ev = Vec::new();
     let mut push = |t: u64, body: Body| ev.push(Event { ts_ns: T0 + t, conn: id, body });
     let mut s = Sim { una: 1_000_000, nxt: 1_000_000, cwnd: 10, ssthresh: u32::MAX >> 1, ..Sim::default() };
@@ -316,7 +316,7 @@ pub fn outage() -> (Recording, Vec<Finding>) {
 pub fn parallel() -> (Recording, Vec<Finding>) {
     let shares = [0.40, 0.25, 0.20, 0.15];
     let mut ev = Vec::new();
-    let process = Process { pid: 777, uid: 0, cgroup_id: 1, comm: "gridftp".into() };
+    let process = Process { pid: 777, uid: 0, cgroup_id: 1, comm: "gridftp".into(), cgroup: None };
     let ids: Vec<ConnId> =
         (0..4).map(|i| conn(50000 + i as u64, &format!("10.77.0.1:{}", 41000 + i), "10.77.1.2:2811")).collect();
     for (i, id) in ids.iter().enumerate() {

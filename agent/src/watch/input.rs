@@ -19,6 +19,13 @@ pub enum Action {
     Prev,
     /// The next matching connection.
     Next,
+    /// Open the connection under the cursor (host view: Enter).
+    Open,
+    /// Back to the host view (Esc; with `--conn`, quit).
+    Back,
+    /// A page up or down the host view's list.
+    PageUp,
+    PageDown,
     /// The terminal was resized: redraw.
     Redraw,
 }
@@ -31,7 +38,11 @@ pub fn action(k: &KeyEvent) -> Option<Action> {
     let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
     Some(match k.code {
         KeyCode::Char('c') | KeyCode::Char('d') if ctrl => Action::Quit,
-        KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Action::Quit,
+        KeyCode::Char('q') | KeyCode::Char('Q') => Action::Quit,
+        KeyCode::Esc | KeyCode::Backspace => Action::Back,
+        KeyCode::Enter => Action::Open,
+        KeyCode::PageUp => Action::PageUp,
+        KeyCode::PageDown => Action::PageDown,
         KeyCode::Char('p') | KeyCode::Char('P') | KeyCode::Char(' ') => Action::Pause,
         KeyCode::Char('+') | KeyCode::Char('=') => Action::Wider,
         KeyCode::Char('-') | KeyCode::Char('_') => Action::Narrower,
@@ -80,10 +91,12 @@ mod tests {
     }
 
     #[test]
-    fn quit_pause_window_and_pick_keys_map_to_actions() {
+    fn quit_back_open_pause_window_and_pick_keys_map_to_actions() {
         let none = KeyModifiers::NONE;
         assert_eq!(action(&key(KeyCode::Char('q'), none)), Some(Action::Quit));
-        assert_eq!(action(&key(KeyCode::Esc, none)), Some(Action::Quit));
+        assert_eq!(action(&key(KeyCode::Esc, none)), Some(Action::Back));
+        assert_eq!(action(&key(KeyCode::Enter, none)), Some(Action::Open));
+        assert_eq!(action(&key(KeyCode::PageDown, none)), Some(Action::PageDown));
         assert_eq!(action(&key(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
         assert_eq!(action(&key(KeyCode::Char('c'), none)), None);
         assert_eq!(action(&key(KeyCode::Char('p'), none)), Some(Action::Pause));

@@ -1,9 +1,12 @@
-//! `tcpvigil watch --conn FILTER`: one connection (or a group) live in the terminal, or JSON lines.
+//! `tcpvigil watch --conn FILTER`: one connection (or a group) live in the terminal, or JSON lines;
+//! `tcpvigil watch`: the host view, every bulk connection, and one of them opened with Enter.
 //!
 //! The caller (main) selects the matching connections in the kernel and feeds their events,
-//! the detectors' findings and ticks into `run`; `state` folds them, `render` draws, `input` maps
-//! keys, `term` owns the terminal. `--replay FILE` (hidden) feeds a recording at real speed instead.
+//! the detectors' findings and ticks into `run`; `state` folds them (`host` for the host view),
+//! `render` draws, `input` maps keys, `term` owns the terminal. `--replay FILE` (hidden) feeds a
+//! recording at real speed instead.
 pub mod conn;
+pub mod host;
 pub mod input;
 pub mod lines;
 pub mod reasons;
@@ -12,18 +15,18 @@ pub mod replay;
 pub mod ring;
 pub mod state;
 pub mod term;
+mod tui;
+pub mod views;
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::model::Filter;
-use input::Action;
-use render::{Hud, Scratch};
 pub use state::{ConnSummary, WatchInput, WatchState};
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -37,18 +40,20 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct WatchOpts {
     /// Which connections: ADDR:PORT, :PORT, ADDR, [V6ADDR]:PORT, a socket cookie (sk:HEX as
-    /// `ss -e` prints it, 0xHEX or decimal), or LADDR:LPORT-RADDR:RPORT.
+    /// `ss -e` prints it, 0xHEX or decimal), or LADDR:LPORT-RADDR:RPORT. Without it: the host
+    /// view, every bulk connection by goodput (Enter opens one, Esc goes back).
     #[arg(long, value_name = "FILTER")]
-    pub conn: Filter,
+    pub conn: Option<Filter>,
     /// Exit after this many seconds.
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=604_800))]
     pub duration: Option<u64>,
-    /// Print JSON lines (one per event or finding, the model's form) instead of the terminal
-    /// view; the default when stdout is not a terminal.
+    /// Print JSON lines instead of the terminal view (the default when stdout is not a terminal):
+    /// with --conn one per event or finding (the model's form); without, the host view once a
+    /// second (`{"ts_ns", "conns": [...]}`, busiest first).
     #[arg(long)]
     pub json: bool,
     /// Show every matching connection side by side, with fairness figures (a parallel transfer).
-    #[arg(long)]
+    #[arg(long, requires = "conn")]
     pub all: bool,
     /// Time window of the charts, seconds (+/- change it).
     #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=120))]
@@ -70,8 +75,13 @@ pub struct WatchOpts {
 impl WatchOpts {
     /// Options with defaults for `conn`, as the command line would give them.
     pub fn new(conn: Filter) -> Self {
+        WatchOpts { conn: Some(conn), ..WatchOpts::host() }
+    }
+
+    /// Options of the host view (no `--conn`), with defaults.
+    pub fn host() -> Self {
         WatchOpts {
-            conn,
+            conn: None,
             duration: None,
             json: false,
             all: false,
@@ -105,6 +115,9 @@ pub struct WatchSummary {
     pub conns: Vec<ConnSummary>,
     pub events: u64,
     pub findings: u64,
+    /// The host view: how many connections moved data while it was open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_conns: Option<u64>,
     /// Frames drawn (0 in JSON mode).
     pub frames: u64,
     /// Frames per second achieved over the run.
@@ -117,7 +130,9 @@ pub struct WatchSummary {
 impl fmt::Display for WatchSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use crate::model::units::{human_bps, human_bytes};
-        if self.conns.is_empty() {
+        if let Some(n) = self.host_conns {
+            writeln!(f, "{n} connections moved data on this host ({} findings)", self.findings)?;
+        } else if self.conns.is_empty() {
             writeln!(f, "no matching connection was seen ({} findings)", self.findings)?;
         }
         for c in &self.conns {
@@ -155,10 +170,14 @@ impl fmt::Display for WatchSummary {
     }
 }
 
+/// Told which connection the host view opened (None: back to the list), so that the feed can
+/// select it for per-ACK samples.
+pub type Select = Box<dyn FnMut(Option<u64>) + Send>;
+
 /// Watch until the connection closes, the user quits, `--duration` passes or the input ends.
 /// With `--json` or a stdout that is not a terminal, prints JSON lines and no terminal view.
 /// Errors (a bad `--replay` file, no terminal) come before the terminal is touched.
-pub async fn run(opts: WatchOpts, events: mpsc::Receiver<WatchInput>) -> anyhow::Result<WatchSummary> {
+pub async fn run(opts: WatchOpts, events: mpsc::Receiver<WatchInput>, select: Select) -> anyhow::Result<WatchSummary> {
     let events = match &opts.replay {
         Some(p) => replay::start(p, opts.replay_findings.as_deref(), opts.replay_speed)?,
         None => events,
@@ -176,23 +195,90 @@ pub async fn run(opts: WatchOpts, events: mpsc::Receiver<WatchInput>) -> anyhow:
         }
         return s;
     }
-    let summary = run_tui(&opts, events).await?;
+    let summary = tui::run(&opts, events, select).await?;
     print!("{summary}");
     Ok(summary)
 }
 
-fn deadline(opts: &WatchOpts) -> tokio::time::Instant {
+pub(crate) fn deadline(opts: &WatchOpts) -> tokio::time::Instant {
     let d = opts.duration.map_or(Duration::from_secs(100 * 365 * 86400), Duration::from_secs);
     tokio::time::Instant::now() + d
 }
 
-/// JSON lines into `out`: every matching event and finding in the model's serde form.
+/// JSON lines into `out`: every matching event and finding in the model's serde form; without a
+/// filter, the host view once a second of the feed's time.
 pub async fn run_json<W: Write>(
+    opts: &WatchOpts,
+    events: mpsc::Receiver<WatchInput>,
+    out: W,
+) -> anyhow::Result<WatchSummary> {
+    match &opts.conn {
+        Some(filter) => run_json_conn(opts, filter, events, out).await,
+        None => run_json_host(opts, events, out).await,
+    }
+}
+
+fn summary(ended: EndReason, conns: Vec<ConnSummary>, events: u64, findings: u64) -> WatchSummary {
+    WatchSummary {
+        ended,
+        conns,
+        events,
+        findings,
+        host_conns: None,
+        frames: 0,
+        fps: 0.0,
+        draw_ms_mean: 0.0,
+        draw_ms_max: 0.0,
+    }
+}
+
+async fn run_json_host<W: Write>(
     opts: &WatchOpts,
     mut events: mpsc::Receiver<WatchInput>,
     out: W,
 ) -> anyhow::Result<WatchSummary> {
-    let mut st = WatchState::new(opts.conn.clone(), true, opts.window);
+    let mut hs = host::HostState::default();
+    let mut out = std::io::BufWriter::new(out);
+    let until = tokio::time::sleep_until(deadline(opts));
+    tokio::pin!(until);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut next_line = 0;
+    let ended = loop {
+        let input = tokio::select! {
+            _ = &mut until => break EndReason::Duration,
+            _ = &mut ctrl_c => break EndReason::Quit,
+            i = events.recv() => i,
+        };
+        let Some(input) = input else { break EndReason::InputEnded };
+        hs.apply(&input);
+        let WatchInput::Tick(t) = input else { continue };
+        if next_line == 0 {
+            next_line = t + 1_000_000_000;
+        }
+        if t < next_line {
+            continue;
+        }
+        next_line += 1_000_000_000 * ((t - next_line) / 1_000_000_000 + 1);
+        let written = serde_json::to_writer(&mut out, &hs.line())
+            .map_err(std::io::Error::from)
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush());
+        if written.is_err() {
+            break EndReason::InputEnded; // stdout closed
+        }
+    };
+    let _ = out.flush();
+    Ok(WatchSummary { host_conns: Some(hs.seen), ..summary(ended, Vec::new(), hs.events, hs.findings) })
+}
+
+async fn run_json_conn<W: Write>(
+    opts: &WatchOpts,
+    filter: &Filter,
+    mut events: mpsc::Receiver<WatchInput>,
+    out: W,
+) -> anyhow::Result<WatchSummary> {
+    let mut st = WatchState::new(filter.clone(), true, opts.window);
     let mut out = std::io::BufWriter::new(out);
     let until = tokio::time::sleep_until(deadline(opts));
     tokio::pin!(until);
@@ -206,10 +292,10 @@ pub async fn run_json<W: Write>(
         };
         let Some(input) = input else { break EndReason::InputEnded };
         let written = match &input {
-            WatchInput::Event(e) if opts.conn.matches(&e.conn) => {
+            WatchInput::Event(e) if filter.matches(&e.conn) => {
                 serde_json::to_writer(&mut out, e).map_err(std::io::Error::from).and_then(|_| out.write_all(b"\n"))
             }
-            WatchInput::Finding(f) if f.conn.is_none_or(|c| opts.conn.matches(&c)) => {
+            WatchInput::Finding(f) if f.conn.is_none_or(|c| filter.matches(&c)) => {
                 serde_json::to_writer(&mut out, f).map_err(std::io::Error::from).and_then(|_| out.write_all(b"\n"))
             }
             _ => Ok(()),
@@ -224,146 +310,12 @@ pub async fn run_json<W: Write>(
         }
     };
     let _ = out.flush();
-    Ok(WatchSummary {
-        ended,
-        conns: st.summary(),
-        events: st.events,
-        findings: st.findings,
-        frames: 0,
-        fps: 0.0,
-        draw_ms_mean: 0.0,
-        draw_ms_max: 0.0,
-    })
-}
-
-/// Frame timing, for the status line and the summary.
-#[derive(Debug)]
-struct Frames {
-    started: Instant,
-    count: u64,
-    draw_total: Duration,
-    draw_max: Duration,
-    recent: Instant,
-    recent_count: u64,
-    fps: f64,
-}
-
-impl Frames {
-    fn new() -> Self {
-        let now = Instant::now();
-        Frames {
-            started: now,
-            count: 0,
-            draw_total: Duration::ZERO,
-            draw_max: Duration::ZERO,
-            recent: now,
-            recent_count: 0,
-            fps: 0.0,
-        }
-    }
-    fn drew(&mut self, took: Duration) {
-        self.count += 1;
-        self.recent_count += 1;
-        self.draw_total += took;
-        self.draw_max = self.draw_max.max(took);
-        let since = self.recent.elapsed();
-        if since >= Duration::from_secs(1) {
-            self.fps = self.recent_count as f64 / since.as_secs_f64();
-            self.recent = Instant::now();
-            self.recent_count = 0;
-        }
-    }
-}
-
-async fn run_tui(opts: &WatchOpts, mut events: mpsc::Receiver<WatchInput>) -> anyhow::Result<WatchSummary> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
-    let mut st = WatchState::new(opts.conn.clone(), opts.all, opts.window);
-    let mut guard =
-        term::TermGuard::new().map_err(|e| anyhow::anyhow!("cannot set up the terminal: {e}; try --json"))?;
-    let stop_keys = Arc::new(AtomicBool::new(false));
-    let mut keys = input::spawn_reader(stop_keys.clone());
-    let mut frame = tokio::time::interval(Duration::from_micros(1_000_000 / opts.fps.max(1) as u64));
-    frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let until = tokio::time::sleep_until(deadline(opts));
-    tokio::pin!(until);
-    let mut scratch = Scratch::default();
-    let mut frames = Frames::new();
-    let mut input_open = true;
-    let mut closing_since: Option<Instant> = None;
-    let ended = loop {
-        let mut redraw = false;
-        tokio::select! {
-            biased;
-            _ = &mut until => break EndReason::Duration,
-            k = keys.recv() => {
-                match k {
-                    Some(Action::Quit) => break EndReason::Quit,
-                    Some(Action::Pause) => st.toggle_pause(),
-                    Some(Action::Wider) => st.zoom(true),
-                    Some(Action::Narrower) => st.zoom(false),
-                    Some(Action::Prev) => st.pick(false),
-                    Some(Action::Next) => st.pick(true),
-                    Some(Action::Redraw) | None => {}
-                }
-                redraw = true;
-            }
-            // Time moves with the feed's ticks ("every record up to T was read"), never with
-            // the wall clock: a bin closed before its samples were read would show a dip and
-            // then a spike. Those ticks keep the charts moving while a connection is silent.
-            _ = frame.tick() => {
-                redraw = st.paused_at.is_none() || closing_since.is_some();
-            }
-            i = events.recv(), if input_open => match i {
-                Some(i) => {
-                    st.apply(&i);
-                    // Drain what is already queued without yielding per item.
-                    for _ in 0..4096 {
-                        match events.try_recv() {
-                            Ok(i) => st.apply(&i),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                None => {
-                    input_open = false;
-                    st.source_ended = true;
-                }
-            },
-        }
-        if closing_since.is_none() && (st.finished() || !input_open) {
-            closing_since = Some(Instant::now());
-            redraw = true;
-        }
-        if redraw {
-            let hud = Hud { fps: frames.fps, closing: closing_since.is_some() };
-            let t = Instant::now();
-            guard.term.draw(|f| render::draw(f, &st, &hud, &mut scratch))?;
-            frames.drew(t.elapsed());
-        }
-        if let Some(since) = closing_since {
-            if since.elapsed() >= Duration::from_secs(2) {
-                break if st.finished() { EndReason::Closed } else { EndReason::InputEnded };
-            }
-        }
-    };
-    stop_keys.store(true, Ordering::Relaxed);
-    drop(guard);
-    let secs = frames.started.elapsed().as_secs_f64().max(1e-9);
-    Ok(WatchSummary {
-        ended,
-        conns: st.summary(),
-        events: st.events,
-        findings: st.findings,
-        frames: frames.count,
-        fps: frames.count as f64 / secs,
-        draw_ms_mean: if frames.count == 0 { 0.0 } else { frames.draw_total.as_secs_f64() * 1e3 / frames.count as f64 },
-        draw_ms_max: frames.draw_max.as_secs_f64() * 1e3,
-    })
+    Ok(summary(ended, st.summary(), st.events, st.findings))
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_host;
 #[cfg(test)]
 mod tests_select;

@@ -32,7 +32,7 @@ pub(super) fn fold_until(st: &mut WatchState, inputs: &[WatchInput], until_ms: u
 pub(super) fn screen(st: &WatchState, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     let mut scratch = Scratch::default();
-    term.draw(|f| draw(f, st, &Hud { fps: 20.0, closing: false }, &mut scratch)).unwrap();
+    term.draw(|f| draw(f, st, &Hud { fps: 20.0, closing: false, back: false }, &mut scratch)).unwrap();
     let buf = term.backend().buffer().clone();
     let mut s = String::new();
     for y in 0..buf.area.height {
@@ -280,18 +280,22 @@ async fn replay_feeds_the_recording_in_order_with_ticks() {
 }
 
 /// `TCPVIGIL_WATCH_REPLAY=FILE cargo test -p tcpvigil --lib watch_replay_in_a_terminal -- --ignored
-/// --nocapture` runs the real terminal view against a recording (the tmux check uses it).
+/// --nocapture` runs the real terminal view against a recording (the tmux check uses it);
+/// TCPVIGIL_WATCH_CONN=host opens the host view on it.
 #[tokio::test]
 #[ignore = "needs a terminal; run by hand or from tmux"]
 async fn watch_replay_in_a_terminal() {
     let path = std::env::var("TCPVIGIL_WATCH_REPLAY").expect("set TCPVIGIL_WATCH_REPLAY=RECORDING");
     let filter = std::env::var("TCPVIGIL_WATCH_CONN").unwrap_or_else(|_| ":5201".into());
-    let mut opts = WatchOpts::new(filter.parse().unwrap());
+    let mut opts = match filter.as_str() {
+        "host" => WatchOpts::host(),
+        f => WatchOpts::new(f.parse().unwrap()),
+    };
     opts.replay = Some(path.into());
     opts.all = std::env::var("TCPVIGIL_WATCH_ALL").is_ok();
     opts.window = 10;
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let s = run(opts, rx).await.unwrap();
+    let s = run(opts, rx, Box::new(|_| {})).await.unwrap();
     eprintln!("{}", serde_json::to_string(&s).unwrap());
 }
 
@@ -365,7 +369,7 @@ fn screenshot_of_the_outage_mid_stop() {
     let mut st = WatchState::new(":5201".parse().unwrap(), false, 5);
     fold_until(&mut st, &inputs, 3000);
     let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
-    term.draw(|f| draw(f, &st, &Hud { fps: 20.0, closing: false }, &mut Scratch::default())).unwrap();
+    term.draw(|f| draw(f, &st, &Hud { fps: 20.0, closing: false, back: false }, &mut Scratch::default())).unwrap();
     let svg = buffer_svg(term.backend().buffer());
     std::fs::write(out.join("watch-synthetic.png"), crate::plot::svg::png(&svg).unwrap()).unwrap();
 }
@@ -379,7 +383,7 @@ fn render_cost_per_frame_is_measured_on_a_full_window() {
     fold_until(&mut st, &inputs, 10_000);
     let mut term = Terminal::new(TestBackend::new(160, 48)).unwrap();
     let mut scratch = Scratch::default();
-    let hud = Hud { fps: 20.0, closing: false };
+    let hud = Hud { fps: 20.0, closing: false, back: false };
     term.draw(|f| draw(f, &st, &hud, &mut scratch)).unwrap();
     let n = 50;
     let t = std::time::Instant::now();
@@ -401,10 +405,12 @@ struct Cli {
 fn command_line_options_have_ranges_and_parse_the_filter() {
     use clap::Parser;
     let ok = Cli::try_parse_from(["t", "--conn", "10.0.0.2:5201", "--duration", "5", "--all"]).unwrap().watch;
-    assert_eq!(ok.conn, "10.0.0.2:5201".parse().unwrap());
+    assert_eq!(ok.conn, Some("10.0.0.2:5201".parse().unwrap()));
+    let host = Cli::try_parse_from(["t", "--json"]).unwrap().watch;
+    assert_eq!((host.conn, host.json), (None, true), "no filter: the host view");
     assert_eq!((ok.duration, ok.all, ok.window, ok.fps), (Some(5), true, 30, 20));
     for bad in [
-        vec!["t"],
+        vec!["t", "--all"],
         vec!["t", "--conn", "nonsense:x"],
         vec!["t", "--conn", ":1", "--duration", "0"],
         vec!["t", "--conn", ":1", "--window", "121"],

@@ -46,7 +46,7 @@ fn run_with(
         table.apply(&Event {
             ts_ns: 1,
             conn: conn(i as u64),
-            body: Body::Process(Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into() }),
+            body: Body::Process(Process { pid: 42, uid: 0, cgroup_id: 1, comm: "iperf3".into(), cgroup: None }),
         });
     }
     let mut t = 0;

@@ -2,7 +2,10 @@
 use super::*;
 
 pub(super) fn draw_group_header(f: &mut Frame, area: Rect, st: &WatchState) {
-    let comm = st.conns.iter().find_map(|c| c.process.as_ref()).map(|o| format!("  {} (pid {})", o.comm, o.pid));
+    let comm = st.conns.iter().find_map(|c| c.process.as_ref()).map(|o| {
+        let cg = o.cgroup.as_ref().map(|c| format!("  {c}")).unwrap_or_default();
+        format!("  {} (pid {}){cg}", o.comm, o.pid)
+    });
     let cc = st.conns.iter().find_map(|c| c.snap.as_ref()).map(|s| format!("  {}", s.cc));
     let text = format!(
         "{} connections matching {}{}{}",

@@ -15,10 +15,12 @@ use crate::model::Filter;
 
 mod charts;
 mod group;
+mod host;
 mod single;
 
 use charts::*;
 use group::*;
+pub use host::draw_host;
 use single::*;
 
 const C_GOODPUT: Color = Color::Cyan;
@@ -46,6 +48,8 @@ pub struct Hud {
     pub fps: f64,
     /// The closing summary is up; the view exits shortly.
     pub closing: bool,
+    /// Opened from the host view: Esc goes back to it.
+    pub back: bool,
 }
 
 /// Buffers the charts borrow from; kept between frames so drawing does not reallocate.
@@ -115,7 +119,7 @@ pub fn draw(f: &mut Frame, st: &WatchState, hud: &Hud, scratch: &mut Scratch) {
         }
         draw_single(f, body, st, c, scratch);
     }
-    if hud.closing || st.finished() {
+    if (hud.closing && !hud.back) || st.finished() {
         draw_summary(f, body, st);
     }
 }
@@ -131,6 +135,10 @@ fn draw_status(f: &mut Frame, area: Rect, st: &WatchState, hud: &Hud) {
     if st.conns.len() > 1 && !st.all {
         spans.push(Span::styled(" ←/→ ", key));
         spans.push(Span::raw(" pick  "));
+    }
+    if hud.back {
+        spans.push(Span::styled(" Esc ", key));
+        spans.push(Span::raw(" back  "));
     }
     spans.push(Span::styled(" q ", key));
     spans.push(Span::raw(format!(" quit │ {:.0} fps │ {} events, {} findings", hud.fps, st.events, st.findings)));

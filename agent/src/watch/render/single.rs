@@ -11,6 +11,9 @@ pub(super) fn draw_header(f: &mut Frame, area: Rect, c: &ConnView) {
     ];
     if let Some(o) = &c.process {
         s.push(Span::raw(format!("  {} (pid {})", o.comm, o.pid)));
+        if let Some(cg) = o.cgroup.as_ref().filter(|c| c.path != "/") {
+            s.push(Span::styled(format!("  {cg}"), Style::new().fg(Color::LightBlue)));
+        }
     }
     if let Some(n) = &c.snap {
         let o = n.options;
