@@ -146,6 +146,19 @@ impl HttpHandle {
     }
 }
 
+/// Connections the kernel may hold for the server before it accepts them. tokio's default (1,024)
+/// overflows under a flood of local clients: a scrape's SYN is then dropped and retried a second
+/// later. The kernel caps it at net.core.somaxconn (4,096 by default).
+const BACKLOG: u32 = 16_384;
+
+/// A listening socket on `addr`, as `TcpListener::bind` makes it (SO_REUSEADDR), with `BACKLOG`.
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    s.listen(BACKLOG)
+}
+
 impl HttpServer {
     /// Bind `addr`. `ready` answers `/healthz` (503 until the daemon sets it).
     pub async fn bind(
@@ -154,7 +167,7 @@ impl HttpServer {
         registry: Arc<Registry>,
         ready: Arc<AtomicBool>,
     ) -> Result<Self, HttpError> {
-        let listener = TcpListener::bind(addr).await.map_err(|err| HttpError::Bind { addr, err })?;
+        let listener = listen_on(addr).map_err(|err| HttpError::Bind { addr, err })?;
         Self::on(listener, addr, web, registry, ready)
     }
 
@@ -169,7 +182,7 @@ impl HttpServer {
         let addrs = listen.candidates().await.map_err(|err| HttpError::Resolve { listen: listen.to_string(), err })?;
         let mut failed = None;
         for addr in addrs {
-            match TcpListener::bind(addr).await {
+            match listen_on(addr) {
                 Ok(l) => return Self::on(l, addr, web, registry, ready),
                 Err(err) => failed = Some(HttpError::Bind { addr, err }),
             }
