@@ -76,6 +76,7 @@ impl BpfConfig {
             rules: Vec::new(),
             ringbuf_bytes: self.ringbuf_mib << 20,
             snapshot_interval_ms: self.snapshot_interval_ms,
+            hold_start_pass: false,
         }
     }
 }

@@ -88,7 +88,12 @@ enum Ctl {
     /// The connections whose rounds are reported (members of bulk groups), on paths of at least
     /// this srtt (µs).
     Phase(HashSet<u64>, u32),
+    /// Take the held start pass now.
+    StartPass,
 }
+
+/// A held start pass is taken after this long even if nobody asked (the caller failed on the way).
+const START_HOLD_MAX: Duration = Duration::from_secs(10);
 
 pub struct Agent {
     pub events: mpsc::Receiver<Msg>,
@@ -143,6 +148,11 @@ impl Agent {
     /// reaches `min_srtt_us`; at most MAX_PHASE of them (the rest are left out).
     pub fn set_phase(&self, cookies: HashSet<u64>, min_srtt_us: u32) {
         let _ = self.ctl.send(Ctl::Phase(cookies, min_srtt_us));
+    }
+
+    /// Take the start pass held by `Settings::hold_start_pass` (without it, it was taken at start).
+    pub fn start_pass(&self) {
+        let _ = self.ctl.send(Ctl::StartPass);
     }
 
     /// Detach everything and wait for the thread.
@@ -242,12 +252,11 @@ fn bpf_thread(
     // pages back, or the RSS keeps them for good.
     crate::heap::give_back();
 
-    // Sockets older than the agent: every namespace once, with the look; else every period.
+    // Sockets older than the agent: every namespace once, with the look; else every period. The
+    // programs see every new connection meanwhile, so the pass may wait for its caller.
     let look = loaded.look_link.is_some();
-    if let (true, Some(iter)) = (look, &loaded.iter_link) {
-        pass(&counters, || walk(iter, &own_ns, &counters, &paced));
-        crate::heap::give_back();
-    }
+    let mut start_due = (look && loaded.iter_link.is_some())
+        .then(|| Instant::now() + if settings.hold_start_pass { START_HOLD_MAX } else { Duration::ZERO });
     let snap_every = Duration::from_millis(settings.snapshot_interval_ms.max(50));
     let mut next_snap = Instant::now();
     let mut last_snap = next_snap;
@@ -277,6 +286,15 @@ fn bpf_thread(
                         tracing::warn!("updating the send-phase connections: {e:#}");
                     }
                 }
+                Ctl::StartPass => start_due = start_due.map(|_| Instant::now()),
+            }
+        }
+        if let (Some(due), Some(iter)) = (start_due, &loaded.iter_link) {
+            if Instant::now() >= due {
+                start_due = None;
+                waited.set(Duration::ZERO);
+                pass(&counters, || walk(iter, &own_ns, &counters, &paced));
+                crate::heap::give_back();
             }
         }
         if Instant::now() >= next_snap {

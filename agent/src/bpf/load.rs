@@ -25,6 +25,9 @@ pub struct Settings {
     pub rules: Vec<Rule>,
     pub ringbuf_bytes: u32,
     pub snapshot_interval_ms: u64,
+    /// Hold the start pass (every socket older than the agent) until `Agent::start_pass`: the
+    /// daemon's /proc owner scan runs first, alone on the CPUs.
+    pub hold_start_pass: bool,
 }
 
 impl Default for Settings {
@@ -36,6 +39,7 @@ impl Default for Settings {
             rules: Vec::new(),
             ringbuf_bytes: 8 << 20,
             snapshot_interval_ms: 1000,
+            hold_start_pass: false,
         }
     }
 }

@@ -118,7 +118,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         tracing::info!(need = c.need, variant = %c.variant, preferred = c.preferred, "hook");
     }
     let header = recording_header(&variants, Vec::new());
-    let agent = Agent::start(cfg.bpf.settings(), variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
+    // The start pass waits for the owner scan: each alone on the CPUs takes less time.
+    let settings = tcpvigil::bpf::load::Settings { hold_start_pass: true, ..cfg.bpf.settings() };
+    let agent = Agent::start(settings, variants, cfg.bpf.channel, cfg.bpf.bpf_stats)?;
     // Sockets older than the daemon: their connect() and listen() happened before its programs.
     let t = std::time::Instant::now();
     let pre = PreOwners::scan(Path::new("/proc"));
@@ -129,6 +131,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ms = t.elapsed().as_millis() as u64,
         "processes of sockets older than the daemon read from /proc"
     );
+    agent.start_pass();
     // Start-up is over: this thread, and every thread it starts from here on (the runtime, the
     // dump writer), needs none of the capabilities; the BPF thread kept what its loop needs.
     if let Err(e) = tcpvigil::caps::after_start() {

@@ -35,7 +35,7 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
     };
     let settings = match &opts.conn {
         Some(f) => Settings { bulk_interval_ns: 0, rules: f.rules(), snapshot_interval_ms: 500, ..Default::default() },
-        None => Settings::default(),
+        None => Settings { hold_start_pass: true, ..Default::default() },
     };
     let exact = variants.uses(Prog::MarkLost);
     let mut agent = Agent::start(settings, variants, 1 << 16, false)?;
@@ -46,6 +46,7 @@ pub fn run(opts: WatchOpts) -> Result<ExitCode> {
         let pre = PreOwners::scan(std::path::Path::new("/proc"));
         pipe = pipe.with_process_lookup(Box::new(move |id| pre.owner_of(id)));
     }
+    agent.start_pass();
     let (select_tx, mut select_rx) = mpsc::unbounded_channel::<Option<u64>>();
     let select = Box::new(move |c| {
         let _ = select_tx.send(c);
