@@ -30,6 +30,8 @@ pub(super) struct Conn {
     pub hist: VecDeque<(u64, u64)>,
     /// When delivery became healthy again during a stop (it must last before the stop ends).
     pub resume: Option<u64>,
+    /// ACKs and bytes delivered since `resume`: the stop's own if the resumption falls through.
+    pub resumed_delivery: (u32, u64),
     /// Delivery was seen healthy at least once (a baseline exists).
     pub seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
@@ -64,6 +66,7 @@ impl Conn {
             active: None,
             hist: VecDeque::new(),
             resume: None,
+            resumed_delivery: (0, 0),
             seen_healthy: false,
             closing: false,
             last_stop: None,
@@ -184,16 +187,22 @@ impl Conn {
         if acked < self.acked || self.hist.back().is_some_and(|&(t, _)| t > ack_ts) {
             return;
         }
-        let healthy = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg) && acked > self.acked;
+        // Only a rate fallen back to almost nothing cancels a resumption, not a look that finds the
+        // cumulative ACK where the last one left it: in Recovery it moves in jumps as holes fill,
+        // and one 50 ms sample in two shows no advance.
+        let rate_ok = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg);
+        let healthy = rate_ok && acked > self.acked;
         self.hist.push_back((ack_ts, acked));
         while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, _)| t + 2_000_000_000 < ack_ts) {
             self.hist.pop_front();
         }
+        let gained = acked - self.acked;
+        if !rate_ok {
+            self.resume_failed();
+        }
         if !healthy {
-            self.resume = None;
-            if acked > self.acked {
-                self.ev.acks += 1;
-                self.ev.delivered += acked - self.acked;
+            if gained > 0 {
+                self.delivered_during(gained);
             }
             self.acked = acked;
             return;
@@ -208,6 +217,7 @@ impl Conn {
                 // a window probe or one burst does not end it.
                 let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
                 let resumed = *self.resume.get_or_insert(ack_ts);
+                self.delivered_during(gained);
                 if ack_ts >= resumed + w {
                     self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
                     self.end(cfg, obs, start, resumed.max(start), out);
@@ -215,6 +225,27 @@ impl Conn {
                 }
             }
             None => self.restart(ack_ts),
+        }
+    }
+
+    /// `bytes` delivered by one observation without ending the stop: its evidence, or the pending
+    /// resumption's while one runs (after the stop's end if it holds).
+    fn delivered_during(&mut self, bytes: u64) {
+        let (acks, delivered) = match self.resume {
+            Some(_) => (&mut self.resumed_delivery.0, &mut self.resumed_delivery.1),
+            None => (&mut self.ev.acks, &mut self.ev.delivered),
+        };
+        *acks += 1;
+        *delivered += bytes;
+    }
+
+    /// Delivery fell back to almost nothing before a resumption lasted its window: what it
+    /// delivered was delivered during the stop.
+    fn resume_failed(&mut self) {
+        if self.resume.take().is_some() {
+            let (acks, bytes) = std::mem::take(&mut self.resumed_delivery);
+            self.ev.acks += acks;
+            self.ev.delivered += bytes;
         }
     }
 

@@ -246,6 +246,7 @@ impl Conn {
         self.active = None;
         self.was_receivers = false;
         self.resume = None;
+        self.resumed_delivery = (0, 0);
         self.asked = None;
         self.ev = Evidence::default();
     }
