@@ -183,6 +183,7 @@ fn retrans(e: &tv_retrans) -> Retrans {
         sacked_out: e.sacked_out,
         retrans_out: e.retrans_out,
         snd_una: e.snd_una,
+        mtu_probing: Some(e.mtu_probing),
     }
 }
 

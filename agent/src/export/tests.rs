@@ -201,6 +201,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         sacked_out: 0,
         retrans_out: 1,
         snd_una: 1,
+        mtu_probing: None,
     };
     m.on_event(&ev(3, conn(1), Body::Retrans(rtx)));
     m.on_event(&ev(
@@ -423,6 +424,7 @@ fn exact_variant_counts_only_lost_retrans_events() {
         sacked_out: 0,
         retrans_out: 1,
         snd_una: 1,
+        mtu_probing: None,
     };
     m.on_event(&ev(1, conn(0), Body::Retrans(rtx.clone())));
     assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 0\n"));
