@@ -302,6 +302,30 @@ fn a_stop_is_counted_once_when_it_ends_with_its_final_owner_and_cause() {
 }
 
 #[test]
+fn a_stop_that_ends_with_a_mechanism_named_is_counted_under_it_too() {
+    use crate::model::{Mechanism, StopOwner};
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let owner = Some(StopOwner::Network);
+    // Named while it lasts (another connection told it): counted once, when it ends.
+    let named = Finding { owner, mechanism: Some(Mechanism::MtuBlackhole), ..finding(1, StopCause::Rto, true, None) };
+    m.on_finding(&Finding { owner, ..finding(1, StopCause::NoAck, true, None) });
+    m.on_finding(&named);
+    assert!(scrape(&r).contains("tcpvigil_stop_mechanisms_total{mechanism=\"mtu_blackhole\"} 0\n"));
+    m.on_finding(&Finding { ongoing: false, duration_s: Some(2.0), ..named });
+    // A stop without a mechanism counts under none.
+    m.on_finding(&Finding { owner, ..finding(2, StopCause::PathSilent, false, Some(3.0)) });
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stop_mechanisms_total{mechanism=\"mtu_blackhole\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"rto\"} 1\n"), "{text}");
+    let others: u64 = series(&text)
+        .iter()
+        .filter(|l| l.starts_with("tcpvigil_stop_mechanisms_total{") && !l.contains("mtu_blackhole"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(others, 0, "{text}");
+}
+
+#[test]
 fn series_cap_holds_with_10000_connections_to_1000_peers() {
     for (top_k, cap) in [(50, 2000), (1000, 2000), (1000, min_series_cap())] {
         let cfg = ExportConfig { top_k, series_cap: cap, ..ExportConfig::default() };

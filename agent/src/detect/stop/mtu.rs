@@ -77,7 +77,8 @@ impl Conn {
     pub fn mtu_blackhole(&self) -> Option<(Value, String)> {
         let stuck = self.stuck()?;
         let answer = match self.path_answer {
-            _ if self.acked < u64::from(stuck) => Answer { largest: self.acked as u32, by: None },
+            // The kernel's bytes_acked counts the SYN: the payload is one byte less.
+            _ if self.acked < u64::from(stuck) => Answer { largest: self.acked.saturating_sub(1) as u32, by: None },
             Some(a) if a.largest < stuck => a,
             _ => return None,
         };

@@ -23,15 +23,16 @@ pub(super) fn full_size_resend(ca: u8, probing: Option<u8>) -> Body {
 }
 
 /// The first RTT of a connection whose data never gets through, from `t0` (its handshake done and
-/// 37 bytes acknowledged at t0 + 40 ms): a tail-loss probe, then timeouts of 240 and 480 ms (the
-/// second in a row at t0 + 760 ms), each with its resend, a look between them. Ticks every 50 ms.
+/// 37 bytes acknowledged at t0 + 40 ms: 38 by the kernel's count, which includes the SYN): a
+/// tail-loss probe, then timeouts of 240 and 480 ms (the second in a row at t0 + 760 ms), each
+/// with its resend, a look between them. Ticks every 50 ms.
 pub(super) fn never_delivered(r: &mut Run, t0: u64, probing: Option<u8>) {
     r.see(t0 + 80 * MS, full_size_resend(CA_OPEN, probing));
     r.ticks(t0 + 80 * MS, t0 + 280 * MS);
     r.see(t0 + 280 * MS, Body::Rto(rto(240_000, 10, 10)));
     r.see(t0 + 280 * MS, full_size_resend(CA_LOSS, probing));
     r.ticks(t0 + 280 * MS, t0 + 500 * MS);
-    r.see(t0 + 500 * MS, look(37, 10, 460, 1));
+    r.see(t0 + 500 * MS, look(38, 10, 460, 1));
     r.ticks(t0 + 500 * MS, t0 + 750 * MS);
     assert!(r.out.is_empty(), "one timeout is no stop of a connection not bulk: {:?}", r.out);
     r.see(t0 + 760 * MS, Body::Rto(Rto { retransmits: 1, backoff: 1, ..rto(480_000, 1, 10) }));
@@ -57,8 +58,8 @@ fn a_connection_that_never_delivers_stops_at_its_second_timeout_in_a_row_and_end
     r.ticks(t0 + 1700 * MS, t0 + 1800 * MS);
     assert_eq!(verdict(r.last()).1, StopCause::PathSilent, "{:?}", r.out);
     let delivered = t0 + 1800 * MS;
-    r.see(delivered + 100 * MS, look(37 + 14_480, 0, 100, 1));
-    r.see(delivered + 100 * MS, drained(37 + 14_480, 0, 1 << 20));
+    r.see(delivered + 100 * MS, look(38 + 14_480, 0, 100, 1));
+    r.see(delivered + 100 * MS, drained(38 + 14_480, 0, 1 << 20));
     r.ticks(delivered + 100 * MS, delivered + 500 * MS);
     let last = r.last();
     assert!(!last.ongoing, "{:?}", r.out);
