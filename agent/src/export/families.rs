@@ -117,7 +117,7 @@ families! {
             "Slowest over fastest stream goodput in an unfair group";
         group_streams: Family<GroupLabels, Gauge> => "group_streams", "Streams in an unfair group";
         group_order_stability: Family<GroupLabels, GaugeF> => "group_send_order_stability",
-            "Share of the RTT cycles in which an unfair group's streams sent in their usual order (paper 001: the last to send loses first); absent until every stream reported 8 rounds";
+            "Share of the RTT cycles in which an unfair group's streams sent in their usual order (in the parallel-streams study the last to send loses first); absent until every stream reported 8 rounds";
         limited: Family<ReasonLabels, Gauge> => "limited_connections",
             "Connections held back by buffers or options, by reason", fixed reasons_all();
     }
