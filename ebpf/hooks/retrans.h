@@ -4,6 +4,17 @@
 
 #include "fill.h"
 
+/* The namespace's net.ipv4.tcp_mtu_probing: a u8 since 5.13, an int before; the probed read takes
+ * the field's own size and offset. */
+static __always_inline __u8 tv_mtu_probing(struct tcp_sock *tp)
+{
+	struct net *net = BPF_CORE_READ((struct sock *)tp, __sk_common.skc_net.net);
+	if (!net)
+		return 0;
+	struct netns_ipv4 *n4 = &net->ipv4;
+	return BPF_CORE_READ_BITFIELD_PROBED(n4, sysctl_tcp_mtu_probing);
+}
+
 static __always_inline void tv_fill_retrans(struct tv_retrans *e, struct tcp_sock *tp, __u32 seq, __u32 end_seq,
 					    __u16 segs, __u8 sacked)
 {
@@ -19,7 +30,8 @@ static __always_inline void tv_fill_retrans(struct tv_retrans *e, struct tcp_soc
 	e->sacked_out = tp->sacked_out;
 	e->retrans_out = tp->retrans_out;
 	e->snd_una = tp->snd_una;
-	e->_pad[0] = e->_pad[1] = 0;
+	e->mtu_probing = tv_mtu_probing(tp);
+	e->_pad = 0;
 }
 
 static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *skb)

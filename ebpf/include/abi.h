@@ -145,7 +145,10 @@ struct tv_retrans {
 	__u8 lost_retrans; /* 1: an earlier retransmission of this segment was lost */
 	__u8 failed;       /* 1: the attempt failed in this host (sockops RETRANS_CB, err != 0): counted
 			    * by TcpRetransSegs but never sent; seq/segs/scoreboard only, no skb bits */
-	__u8 _pad[2];
+	__u8 mtu_probing;  /* the socket's namespace's net.ipv4.tcp_mtu_probing (0 off, 1 after a black
+			    * hole is suspected, 2 always): whether the kernel would shrink segments
+			    * that never get through */
+	__u8 _pad;
 };
 
 struct tv_ca_state {

@@ -189,6 +189,7 @@ fn retrans(e: &tv_retrans) -> Retrans {
         sacked_out: e.sacked_out,
         retrans_out: e.retrans_out,
         snd_una: e.snd_una,
+        mtu_probing: Some(e.mtu_probing),
     }
 }
 
@@ -293,6 +294,29 @@ mod tests {
                 assert_eq!(x.src, SampleSrc::Probe);
             }
             other => panic!("not a sample: {other:?}"),
+        }
+    }
+
+    /// The segment size the black-hole test divides out of seq..end_seq, and the namespace's
+    /// tcp_mtu_probing, which the hook writes where the struct had padding.
+    #[test]
+    fn decodes_a_retransmission_with_its_range_and_the_namespaces_mtu_probing() {
+        let mut r =
+            tv_retrans { h: hdr(tv_kind::TV_K_RETRANS, std::mem::size_of::<tv_retrans>()), ..Default::default() };
+        (r.seq, r.end_seq, r.segs, r.mtu_probing, r.failed) = (1000, 1000 + 2 * 1448, 2, 1, 0);
+        match decode(as_bytes(&r)).unwrap().body {
+            Body::Retrans(x) => {
+                assert_eq!((x.seq, x.end_seq, x.segs), (1000, 3896, 2));
+                assert_eq!(x.mtu_probing, Some(1));
+                assert!(!x.failed);
+            }
+            other => panic!("not a retransmission: {other:?}"),
+        }
+        r.h.kind = tv_kind::TV_K_LOST_RTX.0 as u16;
+        r.mtu_probing = 0;
+        match decode(as_bytes(&r)).unwrap().body {
+            Body::LostRetrans(x) => assert_eq!(x.mtu_probing, Some(0)),
+            other => panic!("not a lost retransmission: {other:?}"),
         }
     }
 

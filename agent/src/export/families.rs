@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::model::{LimitReason, PathScope, StopCause, StopOwner};
+use crate::model::{LimitReason, Mechanism, PathScope, StopCause, StopOwner};
 
 /// A struct of families, each declared in one row: field and type (and how it is made, if not by
 /// `Default`), then its name, unit, help, and the label values it always has. `new` makes them
@@ -74,6 +74,10 @@ fn reasons_all() -> impl Iterator<Item = ReasonLabels> {
     ReasonLabel::all().map(|reason| ReasonLabels { reason })
 }
 
+fn mechanisms_all() -> impl Iterator<Item = MechanismLabels> {
+    Mechanism::ALL.iter().map(|&mechanism| MechanismLabels { mechanism })
+}
+
 fn scopes_all() -> impl Iterator<Item = ScopeLabels> {
     PathScope::ALL.iter().map(|&scope| ScopeLabels { scope })
 }
@@ -94,6 +98,9 @@ families! {
             "Duration of communication stops that ended, by owner and cause", fixed stop_labels_all();
         stops_in_progress: Family<CauseLabels, Gauge> => "stops_in_progress",
             "Communication stops going on now, by owner and the cause they have so far", fixed stop_labels_all();
+        stop_mechanisms: Family<MechanismLabels, Counter> => "stop_mechanisms",
+            "Communication stops that ended with a mechanism named (what on the path holds them, e.g. mtu_blackhole), by mechanism; also counted in stops by owner and cause",
+            fixed mechanisms_all();
         lost_retrans: Counter => "lost_retransmissions", "Retransmitted segments that were lost again (host-wide)";
         rtos: Counter => "retransmission_timeouts", "Retransmission timeouts that fired (host-wide)";
         retrans_segs: Counter => "retransmitted_segments", "Segments retransmitted (host-wide)";
@@ -222,7 +229,7 @@ macro_rules! label_value {
         }
     )*};
 }
-label_value!(StopOwner, StopCause, PathScope, ReasonLabel);
+label_value!(StopOwner, StopCause, Mechanism, PathScope, ReasonLabel);
 
 /// Label sets of one label, named as their field.
 macro_rules! one_label {
@@ -239,6 +246,7 @@ one_label! {
     ReasonLabels { reason: ReasonLabel }
     /// Path events: every connection to the prefix stopped (`all`), or some kept delivering (`partial`).
     ScopeLabels { scope: PathScope }
+    MechanismLabels { mechanism: Mechanism }
     PrefixLabels { prefix: String }
     GroupLabels { group: String }
     KindLabels { kind: &'static str }

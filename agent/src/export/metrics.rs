@@ -17,7 +17,8 @@ use prometheus_client::registry::Registry;
 use super::config::ExportConfig;
 use super::conns::ConnMetrics;
 use super::families::{
-    stop_labels_all, CauseLabels, FindingFamilies, GroupLabels, PrefixLabels, ReasonLabel, ReasonLabels, ScopeLabels,
+    stop_labels_all, CauseLabels, FindingFamilies, GroupLabels, MechanismLabels, PrefixLabels, ReasonLabel,
+    ReasonLabels, ScopeLabels,
 };
 use super::health::{Health, HealthMetrics};
 use super::series::{fixed_series, PER_CONN_SERIES, PER_GROUP_SERIES};
@@ -181,6 +182,9 @@ impl Metrics {
                     // Counted once, when it ends, with the owner and cause it ended with.
                     self.open_stops.remove(&key);
                     self.f.stops.get_or_create(&l).inc();
+                    if let Some(mechanism) = f.mechanism {
+                        self.f.stop_mechanisms.get_or_create(&MechanismLabels { mechanism }).inc();
+                    }
                     if let Some(d) = f.duration_s.filter(|d| d.is_finite() && *d >= 0.0) {
                         self.f.stop_duration.get_or_create(&l).observe(d);
                     }

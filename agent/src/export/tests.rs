@@ -202,6 +202,7 @@ fn a_busy_scrape_is_valid_openmetrics_with_the_documented_names() {
         sacked_out: 0,
         retrans_out: 1,
         snd_una: 1,
+        mtu_probing: None,
     };
     m.on_event(&ev(3, conn(1), Body::Retrans(rtx)));
     m.on_event(&ev(
@@ -299,6 +300,30 @@ fn a_stop_is_counted_once_when_it_ends_with_its_final_owner_and_cause() {
         text.contains("tcpvigil_stop_duration_seconds_bucket{le=\"2.0\",owner=\"network\",cause=\"path_silent\"} 0\n"),
         "{text}"
     );
+}
+
+#[test]
+fn a_stop_that_ends_with_a_mechanism_named_is_counted_under_it_too() {
+    use crate::model::{Mechanism, StopOwner};
+    let (mut m, r) = Metrics::new_registered(&ExportConfig::default());
+    let owner = Some(StopOwner::Network);
+    // Named while it lasts (another connection told it): counted once, when it ends.
+    let named = Finding { owner, mechanism: Some(Mechanism::MtuBlackhole), ..finding(1, StopCause::Rto, true, None) };
+    m.on_finding(&Finding { owner, ..finding(1, StopCause::NoAck, true, None) });
+    m.on_finding(&named);
+    assert!(scrape(&r).contains("tcpvigil_stop_mechanisms_total{mechanism=\"mtu_blackhole\"} 0\n"));
+    m.on_finding(&Finding { ongoing: false, duration_s: Some(2.0), ..named });
+    // A stop without a mechanism counts under none.
+    m.on_finding(&Finding { owner, ..finding(2, StopCause::PathSilent, false, Some(3.0)) });
+    let text = scrape(&r);
+    assert!(text.contains("tcpvigil_stop_mechanisms_total{mechanism=\"mtu_blackhole\"} 1\n"), "{text}");
+    assert!(text.contains("tcpvigil_stops_total{owner=\"network\",cause=\"rto\"} 1\n"), "{text}");
+    let others: u64 = series(&text)
+        .iter()
+        .filter(|l| l.starts_with("tcpvigil_stop_mechanisms_total{") && !l.contains("mtu_blackhole"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(others, 0, "{text}");
 }
 
 #[test]
@@ -424,6 +449,7 @@ fn exact_variant_counts_only_lost_retrans_events() {
         sacked_out: 0,
         retrans_out: 1,
         snd_una: 1,
+        mtu_probing: None,
     };
     m.on_event(&ev(1, conn(0), Body::Retrans(rtx.clone())));
     assert!(scrape(&r).contains("tcpvigil_lost_retransmissions_total 0\n"));

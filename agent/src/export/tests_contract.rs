@@ -132,6 +132,8 @@ fn the_schema_the_metrics_and_the_docs_name_exactly_the_models_causes() {
     reasons.insert("other".into());
     assert_eq!(labels("tcpvigil_limited_connections", "reason"), reasons);
     assert_eq!(labels("tcpvigil_path_events_total", "scope"), set(PathScope::ALL.iter().map(|p| p.as_str())));
+    let mechanisms = set(crate::model::Mechanism::ALL.iter().map(|m| m.as_str()));
+    assert_eq!(labels("tcpvigil_stop_mechanisms_total", "mechanism"), mechanisms);
 
     // docs/events.md: its table of causes per kind (and owner).
     let doc = std::fs::read_to_string(format!("{root}/docs/events.md")).unwrap();

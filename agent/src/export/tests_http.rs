@@ -204,6 +204,7 @@ async fn serve_synthetic_metrics_for_prometheus() {
             sacked_out: 0,
             retrans_out: 1,
             snd_una: 1,
+            mtu_probing: None,
         };
         m.on_event(&ev(ts, conn(0), Body::Retrans(rtx)));
         m.on_event(&ev(

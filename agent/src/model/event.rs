@@ -128,6 +128,9 @@ pub struct Retrans {
     pub sacked_out: u32,
     pub retrans_out: u32,
     pub snd_una: u32,
+    /// The namespace's net.ipv4.tcp_mtu_probing at the hook (absent in older recordings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu_probing: Option<u8>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! What the pictures draw, extracted from one connection's events: goodput bins, scoreboard,
 //! CA states, RTOs, (lost) retransmissions, sequence progress and stop intervals.
-use crate::model::{Body, ConnId, Event, Finding, FindingKind, Process, Snap};
+use crate::model::{Body, ConnId, Event, Finding, FindingKind, Mechanism, Process, Snap};
 
 /// Scoreboard after one event, in segments.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -352,8 +352,14 @@ impl ConnSeries {
                 None => t(f.ts_ns).max(from),
             };
             match s.stops.iter_mut().find(|x| (x.from - from).abs() < 1e-9) {
-                Some(x) => x.to = x.to.max(to),
-                None => s.stops.push(StopSpan { from, to, cause: f.cause.to_string(), inferred: false }),
+                Some(x) => {
+                    x.to = x.to.max(to);
+                    // A mechanism is often named late in a stop (another connection tells it).
+                    if f.mechanism.is_some() {
+                        x.cause = stop_label(f);
+                    }
+                }
+                None => s.stops.push(StopSpan { from, to, cause: stop_label(f), inferred: false }),
             }
         }
         if s.stops.is_empty() {
@@ -415,5 +421,22 @@ impl ConnSeries {
         } else {
             self.bytes as f64 * 8.0 / d
         }
+    }
+}
+
+/// A stop's label in a picture: its cause, and the mechanism with the numbers that decide the fix.
+fn stop_label(f: &Finding) -> String {
+    match f.mechanism {
+        Some(m @ Mechanism::MtuBlackhole) => {
+            let e = &f.evidence[m.as_str()];
+            format!(
+                "{}, {m}: {}-byte segments never through, {} bytes did",
+                f.cause,
+                e["stuck_segment_bytes"].as_u64().unwrap_or(0),
+                e["largest_through_bytes"].as_u64().unwrap_or(0)
+            )
+        }
+        Some(m) => format!("{}, {m}", f.cause),
+        None => f.cause.to_string(),
     }
 }

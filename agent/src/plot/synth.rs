@@ -154,6 +154,7 @@ impl Sim {
             sacked_out: self.sacked,
             retrans_out: self.retrans,
             snd_una: self.una,
+            mtu_probing: None,
         }
     }
     fn ca_ev(&self, old: u8) -> CaState {

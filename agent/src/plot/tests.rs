@@ -77,6 +77,22 @@ fn series_of_the_outage_have_rtt_bins_a_stop_and_the_markers() {
 }
 
 #[test]
+fn a_stop_named_a_path_mtu_black_hole_late_says_so_in_the_picture_with_its_segment_sizes() {
+    let (rec, mut findings) = synth::outage();
+    let mut named = findings.iter().find(|f| f.kind() == FindingKind::Stop).cloned().expect("a stop");
+    named.ts_ns += 500_000_000;
+    named.mechanism = Some(crate::model::Mechanism::MtuBlackhole);
+    named.evidence["mtu_blackhole"] = serde_json::json!({"stuck_segment_bytes": 1448, "largest_through_bytes": 297});
+    findings.push(named);
+    let dir = tmp("mtu");
+    let files = plot_recording(&rec, None, &findings, &dir).unwrap();
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    let want = "stop: lost_retransmit, mtu_blackhole: 1448-byte segments never through, 297 bytes did (3.0 s)";
+    assert!(svg.contains(want), "SVG lacks {want:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn parallel_streams_get_a_group_picture() {
     let (rec, findings) = synth::parallel();
     let dir = tmp("parallel");

@@ -80,6 +80,9 @@ pub struct StopView {
     /// Whose stop: the network's, the receiver's, or not decided yet.
     pub owner: Option<crate::model::StopOwner>,
     pub evidence: String,
+    /// What on the path holds it, where the detector could tell: the name, its evidence in one
+    /// line, and the advice.
+    pub mechanism: Option<(crate::model::Mechanism, String, String)>,
 }
 
 /// Shares of busy time over the last snapshot interval, from the kernel's chrono stats.

@@ -124,6 +124,16 @@ pub fn evidence_text(v: &serde_json::Value, max: usize) -> String {
     s
 }
 
+/// A stop's mechanism, its evidence (the object under its name) in one line and its advice, taken
+/// out of `evidence` so the rest stays readable.
+fn stop_mechanism(f: &Finding, evidence: &mut serde_json::Value) -> Option<(crate::model::Mechanism, String, String)> {
+    let m = f.mechanism.filter(|_| f.kind() == FindingKind::Stop)?;
+    let map = evidence.as_object_mut()?;
+    let detail = map.remove(m.as_str()).map(|v| evidence_text(&v, 120)).unwrap_or_default();
+    let advice = map.remove("advice").and_then(|a| a.as_str().map(str::to_string)).unwrap_or_default();
+    Some((m, detail, advice))
+}
+
 /// Everything the view shows; fold inputs in with `apply`.
 #[derive(Debug)]
 pub struct WatchState {
@@ -308,13 +318,16 @@ impl WatchState {
         if new {
             self.seen.push(key);
         }
-        let ev = evidence_text(&f.evidence_json(), 160);
-        // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent).
+        let mut json = f.evidence_json();
+        let mechanism = stop_mechanism(f, &mut json);
+        let ev = evidence_text(&json, 160);
+        // A stop's owner and cause sharpen while it lasts (no_ack, then rto, then path_silent),
+        // and its mechanism may be named late (another connection's delivery tells it).
         let sharpened = kind == FindingKind::Stop
             && !new
-            && idx
-                .and_then(|i| self.conns[i].stop.as_ref())
-                .is_some_and(|s| s.start_ns == f.start_ns && s.cause != f.cause);
+            && idx.and_then(|i| self.conns[i].stop.as_ref()).is_some_and(|s| {
+                s.start_ns == f.start_ns && (s.cause != f.cause || s.mechanism.as_ref().map(|m| m.0) != f.mechanism)
+            });
         match (kind, idx) {
             (FindingKind::Stop, Some(i)) => {
                 let c = &mut self.conns[i];
@@ -337,6 +350,7 @@ impl WatchState {
                     cause: f.cause,
                     owner: f.owner,
                     evidence: ev.clone(),
+                    mechanism: mechanism.clone(),
                 });
             }
             (FindingKind::Limit, Some(i)) => self.conns[i].limit = Some((f.cause, ev.clone())),
@@ -353,7 +367,8 @@ impl WatchState {
             };
             let state = if f.ongoing { "" } else { " (ended)" };
             let owner = f.owner.map(|o| format!(" ({})", o.as_str())).unwrap_or_default();
-            let text = format!("{} {}{owner}{dur}{state}: {ev}", kind.as_str().to_uppercase(), f.cause);
+            let mech = mechanism.map(|(m, e, _)| format!(" [{m}: {e}]")).unwrap_or_default();
+            let text = format!("{} {}{owner}{mech}{dur}{state}: {ev}", kind.as_str().to_uppercase(), f.cause);
             self.log(f.ts_ns, cookie.unwrap_or(0), LogKind::Finding, text);
         }
     }

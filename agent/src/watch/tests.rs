@@ -478,3 +478,35 @@ fn a_stop_whose_cause_sharpens_is_shown_and_logged_with_its_new_cause_and_owner(
     let s = screen(&st, 160, 48);
     assert!(s.contains("path_silent (network)"), "{s}");
 }
+
+#[test]
+fn a_stop_named_late_as_a_path_mtu_black_hole_is_shown_and_logged_with_its_evidence_and_fix() {
+    let inputs = outage_inputs();
+    let mut st = WatchState::new(":5201".parse().unwrap(), false, 30);
+    fold_until(&mut st, &inputs, 3000);
+    let mut named = inputs
+        .iter()
+        .find_map(|i| match i {
+            WatchInput::Finding(f) if f.kind() == crate::model::FindingKind::Stop => Some(f.clone()),
+            _ => None,
+        })
+        .expect("the synthetic outage has a stop");
+    named.ts_ns = synth::T0 + 3000 * MS;
+    named.mechanism = Some(crate::model::Mechanism::MtuBlackhole);
+    if let Some(m) = named.evidence.as_object_mut() {
+        m.insert(
+            "mtu_blackhole".into(),
+            serde_json::json!({"stuck_segment_bytes": 1448, "largest_through_bytes": 297}),
+        );
+        m.insert("advice".into(), "Set net.ipv4.tcp_mtu_probing=1".into());
+    }
+    st.apply(&WatchInput::Finding(named));
+    let stop = st.selected().unwrap().stop.clone().unwrap();
+    let (m, detail, advice) = stop.mechanism.expect("the mechanism is kept");
+    assert_eq!(m, crate::model::Mechanism::MtuBlackhole);
+    assert!(detail.contains("stuck_segment_bytes=1448") && advice.contains("tcp_mtu_probing=1"), "{detail} / {advice}");
+    assert!(!stop.evidence.contains("advice"), "the advice has a line of its own: {}", stop.evidence);
+    assert!(st.log.iter().any(|l| l.text.contains("[mtu_blackhole: ")), "the naming is logged");
+    let s = screen(&st, 160, 48);
+    assert!(s.contains("mtu_blackhole") && s.contains("fix: Set net.ipv4.tcp_mtu_probing=1"), "{s}");
+}

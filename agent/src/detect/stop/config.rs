@@ -17,7 +17,8 @@ pub struct StopConfig {
     pub segments_per_rtt: f64,
     /// This many unanswered timeouts in a row make the path silent (an outage), fewer an RTO stop.
     pub silent_rtos: u32,
-    /// Only bulk connections can stop: this many bytes acknowledged first.
+    /// Connections that moved this many bytes stop when they deliver almost nothing; others only
+    /// by timeouts (two in a row with nothing acknowledged).
     pub min_bytes: u64,
     /// How long a stop whose owner the last look cannot decide waits for a fresh snapshot before
     /// it is reported as `undetermined`.

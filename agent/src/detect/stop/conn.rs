@@ -4,8 +4,9 @@ use std::collections::VecDeque;
 
 use super::config::StopConfig;
 use super::evidence::Evidence;
+use super::mtu::Answer;
 use crate::detect::owner::{Hold, StopOwner};
-use crate::model::{Body, ConnId, Event, Finding, StopCause};
+use crate::model::{Body, ConnId, Event, Finding, Mechanism, StopCause};
 
 /// TCP states in a state-change record.
 const ESTABLISHED: u8 = 1;
@@ -30,6 +31,8 @@ pub(super) struct Conn {
     pub hist: VecDeque<(u64, u64)>,
     /// When delivery became healthy again during a stop (it must last before the stop ends).
     pub resume: Option<u64>,
+    /// ACKs and bytes delivered since `resume`: the stop's own if the resumption falls through.
+    pub resumed_delivery: (u32, u64),
     /// Delivery was seen healthy at least once (a baseline exists).
     pub seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
@@ -47,6 +50,17 @@ pub(super) struct Conn {
     /// When a look last showed nothing to send, until something is delivered after it: data in
     /// flight since then left after it.
     pub idle_at: Option<u64>,
+    /// Seen established (a sample, a look or a state change said so): a socket still connecting
+    /// retransmits its SYN, which is no stop.
+    pub established: bool,
+    /// The last delivery: when it was acknowledged, and the largest segment it could have carried
+    /// (what it delivered since the look before, at most one MSS).
+    pub answered: Option<(u64, u32)>,
+    /// Another connection's delivery that shows the path answers while this stop's segments do
+    /// not (found by the detector across connections).
+    pub path_answer: Option<Answer>,
+    /// The mechanism the stop in progress was last reported with.
+    pub named: Option<Mechanism>,
 }
 
 impl Conn {
@@ -64,6 +78,7 @@ impl Conn {
             active: None,
             hist: VecDeque::new(),
             resume: None,
+            resumed_delivery: (0, 0),
             seen_healthy: false,
             closing: false,
             last_stop: None,
@@ -71,6 +86,10 @@ impl Conn {
             verdict: None,
             was_receivers: false,
             idle_at: None,
+            established: false,
+            answered: None,
+            path_answer: None,
+            named: None,
         }
     }
 
@@ -79,6 +98,7 @@ impl Conn {
         let ts = ev.ts_ns;
         match &ev.body {
             Body::Sample(s) => {
+                self.established = true;
                 if s.srtt_us > 0 {
                     self.srtt_us = s.srtt_us;
                 }
@@ -110,8 +130,12 @@ impl Conn {
                 }
             }
             Body::Snapshot(s) => {
+                self.established |= s.state == ESTABLISHED;
                 if s.srtt_us > 0 {
                     self.srtt_us = s.srtt_us;
+                }
+                if s.mss > 0 {
+                    self.mss = s.mss;
                 }
                 let idle = self.hold;
                 self.hold = Hold::of_snapshot(ts, s);
@@ -129,7 +153,7 @@ impl Conn {
                 // A tail-loss probe (CA state Open) fires 2 srtt after the last send; a fast
                 // retransmit needs an ACK's round trip, one srtt at least.
                 let srtt = u64::from(self.srtt_us) * 1000;
-                self.sent_after_idle(ts, if r.ca_state == 0 { 2 * srtt } else { srtt });
+                self.sent_after_idle(cfg, ts, if r.ca_state == 0 { 2 * srtt } else { srtt });
                 self.ev.retransmitted(ts, r);
             }
             Body::LostRetrans(r) => self.ev.lost_again(r.since_prev_ns),
@@ -137,11 +161,17 @@ impl Conn {
                 self.hold = self.hold.in_flight_at(ts, r.packets_out);
                 // The timer was armed by the first send after the idle (or re-armed later), rto
                 // before it fired.
-                self.sent_after_idle(ts, u64::from(r.rto_us) * 1000);
+                self.sent_after_idle(cfg, ts, u64::from(r.rto_us) * 1000);
                 self.ev.timed_out(ts, r);
             }
             Body::CaState(s) => self.ev.saw_cwnd(s.cwnd, s.new),
-            Body::Close(_) => {
+            Body::Close(s) => {
+                // Its last delivery is a path answer for the others (a control connection's
+                // closing exchange, say).
+                let ack_ts = ts.saturating_sub(s.last_ack_age_us as u64 * 1000);
+                if s.bytes_acked > self.acked && !self.hist.is_empty() {
+                    self.answered = Some((ack_ts, (s.bytes_acked - self.acked).min(u64::from(s.mss.max(1))) as u32));
+                }
                 self.closed = true;
                 if let Some(start) = self.active {
                     // Delivery seen resuming (not yet for a whole window) ended the stop then.
@@ -150,6 +180,7 @@ impl Conn {
                 }
             }
             Body::State(st) => {
+                self.established |= st.new == ESTABLISHED || st.old == ESTABLISHED;
                 self.closing = st.new != ESTABLISHED;
                 if let Some(start) = self.active.filter(|_| self.closing) {
                     if st.new == CLOSE || !self.outlives_close() {
@@ -184,18 +215,40 @@ impl Conn {
         if acked < self.acked || self.hist.back().is_some_and(|&(t, _)| t > ack_ts) {
             return;
         }
-        let healthy = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg) && acked > self.acked;
+        if self.hist.is_empty() {
+            // The first look at its progress: where it stands, not what it delivered (a
+            // connection seen first by its resends must not count its earlier bytes as delivery).
+            self.hist.push_back((ack_ts, acked));
+            self.acked = acked;
+            return;
+        }
+        if acked > self.acked {
+            self.answered = Some((ack_ts, (acked - self.acked).min(u64::from(self.mss.max(1))) as u32));
+        }
+        // Only a rate fallen back to almost nothing cancels a resumption, not a look that finds the
+        // cumulative ACK where the last one left it: in Recovery it moves in jumps as holes fill,
+        // and one 50 ms sample in two shows no advance.
+        let rate_ok = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg);
+        let healthy = rate_ok && acked > self.acked;
         self.hist.push_back((ack_ts, acked));
         while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, _)| t + 2_000_000_000 < ack_ts) {
             self.hist.pop_front();
         }
+        let gained = acked - self.acked;
+        let was_bulk = self.bulk(cfg);
+        if !rate_ok {
+            self.resume_failed();
+        }
         if !healthy {
-            self.resume = None;
-            if acked > self.acked {
-                self.ev.acks += 1;
-                self.ev.delivered += acked - self.acked;
+            if gained > 0 {
+                self.delivered_during(gained);
             }
             self.acked = acked;
+            if gained > 0 && self.active.is_none() && !was_bulk {
+                // Not bulk (until this delivery perhaps): whatever it delivers starts its clock
+                // afresh (its stop is timeouts with nothing acknowledged in between).
+                self.restart(ack_ts);
+            }
             return;
         }
         self.acked = acked;
@@ -208,6 +261,7 @@ impl Conn {
                 // a window probe or one burst does not end it.
                 let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
                 let resumed = *self.resume.get_or_insert(ack_ts);
+                self.delivered_during(gained);
                 if ack_ts >= resumed + w {
                     self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
                     self.end(cfg, obs, start, resumed.max(start), out);
@@ -218,11 +272,38 @@ impl Conn {
         }
     }
 
+    /// `bytes` delivered by one observation without ending the stop: its evidence, or the pending
+    /// resumption's while one runs (after the stop's end if it holds).
+    fn delivered_during(&mut self, bytes: u64) {
+        let (acks, delivered) = match self.resume {
+            Some(_) => (&mut self.resumed_delivery.0, &mut self.resumed_delivery.1),
+            None => (&mut self.ev.acks, &mut self.ev.delivered),
+        };
+        *acks += 1;
+        *delivered += bytes;
+    }
+
+    /// Delivery fell back to almost nothing before a resumption lasted its window: what it
+    /// delivered was delivered during the stop.
+    fn resume_failed(&mut self) {
+        if self.resume.take().is_some() {
+            let (acks, bytes) = std::mem::take(&mut self.resumed_delivery);
+            self.ev.acks += acks;
+            self.ev.delivered += bytes;
+        }
+    }
+
+    /// Bulk: it delivered healthily and enough to be sampled by the kernel.
+    pub fn bulk(&self, cfg: &StopConfig) -> bool {
+        self.seen_healthy && self.acked >= cfg.min_bytes
+    }
+
     /// No stop runs: the clock starts afresh at `ts`.
     pub fn restart(&mut self, ts: u64) {
         self.anchor = (ts, self.acked);
         self.ev = Evidence::default();
         self.asked = None;
+        self.path_answer = None;
     }
 
     /// A look at `ts` after `prev`: when `prev` was an exact look showing nothing to send, no stop
@@ -260,9 +341,18 @@ impl Conn {
     /// A resend or timeout at `ts` of data sent after an idle, at least `armed_ns` after that data
     /// left: no ACK told the daemon it left (it learns of it from a later look, or from this), so
     /// the stop clock runs from that send, not from the daemon's tick. Each such record bounds the
-    /// send from above; the earliest bound holds.
-    fn sent_after_idle(&mut self, ts: u64, armed_ns: u64) {
-        let Some(idle) = self.idle_at.filter(|_| self.active.is_none()) else { return };
+    /// send from above; the earliest bound holds. A connection not bulk is not sampled: its clock
+    /// follows the ticks until loss records tell the same (data out since `armed_ns` before each,
+    /// after its last delivery).
+    fn sent_after_idle(&mut self, cfg: &StopConfig, ts: u64, armed_ns: u64) {
+        if self.active.is_some() {
+            return;
+        }
+        let idle = match self.idle_at {
+            Some(idle) => idle,
+            None if !self.bulk(cfg) => self.hist.back().map_or(0, |&(t, _)| t),
+            None => return,
+        };
         let sent = ts.saturating_sub(armed_ns).max(idle);
         if sent < self.anchor.0 {
             self.anchor = (sent, self.acked);

@@ -21,11 +21,18 @@ pub(super) struct Evidence {
     pub ca_states: BTreeSet<u8>,
     /// Timeouts that fired before anything was delivered in this stop.
     pub silent_rtos: u32,
+    /// Timeouts in a row with nothing acknowledged between them, by the kernel's count at the last.
+    pub rtos_in_row: u32,
     /// Observations that showed some (slow) progress, and the bytes they delivered.
     pub acks: u32,
     pub delivered: u64,
     /// When the last timeout or retransmission was seen (what proves data was outstanding then).
     pub last_loss_ns: u64,
+    /// The smallest and largest segment retransmitted, payload bytes per segment (0: none).
+    pub rtx_seg_min: u32,
+    pub rtx_seg_max: u32,
+    /// The namespace's net.ipv4.tcp_mtu_probing, from the last retransmission that said.
+    pub mtu_probing: Option<u8>,
 }
 
 impl Evidence {
@@ -37,6 +44,15 @@ impl Evidence {
     pub fn retransmitted(&mut self, ts: u64, r: &Retrans) {
         self.last_loss_ns = ts;
         self.retrans_segs += r.segs as u64;
+        if !r.failed {
+            // seq..end_seq also counts a FIN: one byte more at most.
+            let per_seg = r.end_seq.wrapping_sub(r.seq) / u32::from(r.segs.max(1));
+            if per_seg > 0 {
+                self.rtx_seg_min = if self.rtx_seg_min == 0 { per_seg } else { self.rtx_seg_min.min(per_seg) };
+                self.rtx_seg_max = self.rtx_seg_max.max(per_seg);
+            }
+        }
+        self.mtu_probing = r.mtu_probing.or(self.mtu_probing);
         if r.lost_retrans {
             self.lost_again(r.since_prev_ns);
         }
@@ -55,6 +71,7 @@ impl Evidence {
         if self.delivered == 0 {
             self.silent_rtos += 1;
         }
+        self.rtos_in_row = r.retransmits + 1;
         self.max_backoff = self.max_backoff.max(r.backoff);
         self.rto_wait_us += r.rto_us as u64;
         self.ca_states.insert(CA_LOSS);

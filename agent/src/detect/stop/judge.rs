@@ -5,10 +5,14 @@ use super::conn::Conn;
 use super::evidence::Evidence;
 use crate::detect::owner::StopOwner;
 use crate::model::event::{CA_LOSS, CA_RECOVERY};
-use crate::model::{Finding, PathTag, StopCause};
+use crate::model::{Finding, Mechanism, PathTag, StopCause};
 
 /// How long past the threshold a stop seen only as silence waits for the fresh look it asked for.
 const LOOK_WAIT_NS: u64 = 40_000_000;
+
+/// Timeouts in a row, nothing acknowledged between them, that make a stop of a connection not
+/// bulk: one is the ordinary repair of a short exchange's lost tail.
+const NOT_BULK_RTOS: u32 = 2;
 
 impl Conn {
     /// Time passes at `now`. Returns whether a fresh look at the sender is wanted (a snapshot).
@@ -66,8 +70,10 @@ impl Conn {
             self.anchor = (now, self.acked);
             return;
         }
-        if self.verdict != Some(v) && v.0 != StopOwner::Application {
-            // The owner or cause became clearer (a fresh look, timeouts): say so now.
+        let named = self.mechanism();
+        if (self.verdict != Some(v) || self.named != named) && v.0 != StopOwner::Application {
+            // The owner, cause or mechanism became clearer (a fresh look, timeouts, another
+            // connection's delivery): say so now.
             self.verdict = Some(v);
             self.was_receivers |= v.0 == StopOwner::Receiver;
             out.push(self.finding(now, start, None, v));
@@ -77,12 +83,13 @@ impl Conn {
     /// No stop runs: one starts when almost nothing was delivered for the threshold and its owner
     /// can be told. Returns whether a fresh look is wanted first.
     fn tick_candidate(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) -> bool {
-        if !self.hold.outstanding() || self.closing || !self.seen_healthy || self.acked < cfg.min_bytes {
-            // Nothing to send is not a stop: an idle connection starts afresh. Nor is a connection
-            // that is not bulk yet: the kernel samples it only from then on, so its clock starts
-            // there, not at its last sample before.
+        if !self.hold.outstanding() || self.closing {
+            // Nothing to send is not a stop: an idle connection starts afresh.
             self.restart(now);
             return false;
+        }
+        if !self.bulk(cfg) {
+            return self.tick_not_bulk(cfg, now, out);
         }
         let threshold = cfg.threshold_ns(self.srtt_us);
         let quiet = now.saturating_sub(self.anchor.0);
@@ -128,6 +135,42 @@ impl Conn {
         self.was_receivers = v.0 == StopOwner::Receiver;
         out.push(self.finding(now, start, None, v));
         ask
+    }
+
+    /// A connection not bulk yet: the kernel samples it only from then on, so its clock starts
+    /// there, not at its last sample before, unless timeouts prove it stopped first. With data
+    /// outstanding, timeouts in a row and nothing acknowledged between them, it is the network's
+    /// stop whatever it delivered before (a black hole from the first segment delivers nothing at
+    /// all). A socket still connecting is none. Returns whether a fresh look is wanted.
+    fn tick_not_bulk(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) -> bool {
+        let e = &self.ev;
+        if e.rtos == 0 && e.retrans_segs == 0 {
+            self.restart(now);
+            return false;
+        }
+        if e.rtos_in_row < NOT_BULK_RTOS || e.delivered > 0 || self.anchor.0 + cfg.threshold_ns(self.srtt_us) > now {
+            return false;
+        }
+        if !self.established {
+            // Only a look tells an established connection from one retrying its SYN.
+            let ask = self.asked.is_none();
+            self.asked.get_or_insert(now);
+            return ask;
+        }
+        let v = self.judge(cfg, false);
+        if v.0 != StopOwner::Network {
+            return false;
+        }
+        self.active = Some(self.anchor.0);
+        self.verdict = Some(v);
+        self.was_receivers = false;
+        out.push(self.finding(now, self.anchor.0, None, v));
+        false
+    }
+
+    /// The mechanism behind the stop in progress, where the kernel shows it.
+    pub fn mechanism(&self) -> Option<Mechanism> {
+        self.mtu_blackhole().map(|_| Mechanism::MtuBlackhole)
     }
 
     /// The owner the stop in progress was last reported with.
@@ -246,14 +289,24 @@ impl Conn {
         self.active = None;
         self.was_receivers = false;
         self.resume = None;
+        self.resumed_delivery = (0, 0);
         self.asked = None;
         self.ev = Evidence::default();
+        self.path_answer = None;
+        self.named = None;
     }
 
     /// The stop from `start`, ended at `end` or in progress at `now`.
-    pub fn finding(&self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
+    pub fn finding(&mut self, now: u64, start: u64, end: Option<u64>, v: (StopOwner, StopCause)) -> Finding {
         let secs = end.unwrap_or(now).saturating_sub(start) as f64 / 1e9;
         let (owner, cause) = v;
+        let mut evidence = self.ev.json(owner, &self.hold, now, self.srtt_us, self.rate_bps, secs);
+        let mtu = self.mtu_blackhole();
+        self.named = mtu.as_ref().map(|_| Mechanism::MtuBlackhole);
+        if let (Some((e, advice)), Some(map)) = (mtu, evidence.as_object_mut()) {
+            map.insert("mtu_blackhole".into(), e);
+            map.insert("advice".into(), advice.into());
+        }
         Finding {
             ts_ns: now,
             conn: Some(self.id),
@@ -263,9 +316,9 @@ impl Conn {
             ongoing: end.is_none(),
             cause: cause.into(),
             owner: Some(owner),
-            mechanism: None,
+            mechanism: self.named,
             path: PathTag::default(),
-            evidence: self.ev.json(owner, &self.hold, now, self.srtt_us, self.rate_bps, secs),
+            evidence,
         }
     }
 }

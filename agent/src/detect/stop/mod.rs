@@ -2,11 +2,13 @@
 //!
 //! `conn` keeps, per connection, delivery progress against its last healthy point and the last
 //! look at what the sender holds; `judge` decides at each tick when a stop starts, whose it is,
-//! why, and when it ends; `evidence` is what its finding carries; `config` the thresholds.
+//! why, and when it ends; `mtu` names a path MTU black hole behind a network stop; `evidence` is
+//! what its finding carries; `config` the thresholds.
 mod config;
 mod conn;
 mod evidence;
 mod judge;
+mod mtu;
 #[cfg(test)]
 mod tests;
 
@@ -55,9 +57,40 @@ impl StopDetector {
 
     /// Time passes: stops start, sharpen and end here.
     pub fn tick(&mut self, now: u64, out: &mut Vec<Finding>) {
+        self.answer_black_holes();
         self.conns.retain(|_, c| !c.closed);
         for c in self.conns.values_mut() {
             self.want_snapshot |= c.tick(&self.cfg, now, out);
+        }
+    }
+
+    /// Stops that look like a path MTU black hole but lack the proof that the path still
+    /// answers: another connection of the namespace to the same address that delivered smaller
+    /// segments since the stop began gives it; one that delivered segments as large as the stuck
+    /// ones takes it away (the path carries them: not a black hole). Closed connections count
+    /// until this tick (a control connection's closing exchange). Rare: only such stops look.
+    fn answer_black_holes(&mut self) {
+        let wanted: Vec<(u64, mtu::Wanted)> =
+            self.conns.values().filter_map(|c| c.wants_answer().map(|w| (c.id.cookie, w))).collect();
+        for (cookie, w) in wanted {
+            let mut small: Option<mtu::Answer> = None;
+            let mut large = false;
+            for o in self.conns.values().filter(|o| o.id.cookie != cookie && o.same_path(&w)) {
+                match o.answered {
+                    Some((ts, largest)) if ts >= w.since && largest >= w.stuck => large = true,
+                    Some((ts, largest)) if ts >= w.since && small.is_none_or(|a| a.largest < largest) => {
+                        small = Some(mtu::Answer { largest, by: Some(o.id.tuple) })
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(c) = self.conns.get_mut(&cookie) {
+                if large {
+                    c.path_answer = None;
+                } else if small.is_some() {
+                    c.path_answer = small;
+                }
+            }
         }
     }
 }

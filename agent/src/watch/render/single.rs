@@ -86,9 +86,11 @@ pub fn reason_text(c: &ConnView, r: &Reason) -> String {
     match *r {
         Reason::Stop { secs } => {
             let cause = c.stop.as_ref().map_or("?", |s| s.cause.as_str());
+            let mech =
+                c.stop.as_ref().and_then(|s| s.mechanism.as_ref()).map(|m| format!(", {}", m.0)).unwrap_or_default();
             match c.stop.as_ref().and_then(|s| s.owner) {
-                Some(o) => format!("STOPPED {secs:.1} s: {cause} ({})", o.as_str()),
-                None => format!("STOPPED {secs:.1} s: {cause}"),
+                Some(o) => format!("STOPPED {secs:.1} s: {cause} ({}){mech}", o.as_str()),
+                None => format!("STOPPED {secs:.1} s: {cause}{mech}"),
             }
         }
         Reason::Stalled { secs, rtts } => format!("nothing delivered for {secs:.1} s ({rtts} RTTs)"),
@@ -121,6 +123,13 @@ pub(super) fn draw_holds_back(f: &mut Frame, area: Rect, st: &WatchState, c: &Co
             Line::styled(reason_text(c, r), style)
         })
         .collect();
+    // The mechanism decides the fix: right under the stop, before the other reasons.
+    if let Some((m, detail, advice)) = c.stop.as_ref().and_then(|s| s.mechanism.as_ref()) {
+        let at = scratch.reasons.iter().position(|r| matches!(r, Reason::Stop { .. })).map_or(0, |i| i + 1);
+        let style = Style::new().fg(Color::LightRed).add_modifier(Modifier::BOLD);
+        lines.insert(at.min(lines.len()), Line::styled(format!("fix: {advice}"), Style::new().fg(Color::Yellow)));
+        lines.insert(at.min(lines.len()), Line::styled(format!("mechanism: {m} {detail}"), style));
+    }
     if let Some(s) = &c.stop {
         let when = st.rel_s(s.start_ns);
         let how = match (s.ongoing, s.duration_s) {

@@ -165,3 +165,48 @@ fn the_end_of_a_transfer_and_an_application_pause_are_no_stop() {
     r.ticks(t + 125 * MS, t + 3000 * MS);
     assert!(r.out.is_empty(), "{:?}", r.out);
 }
+
+/// `lab run parallel-3-lossy-lane` (bbr, 5 % loss on one of three streams, 100 ms): after a 0.38 s
+/// stall Recovery filled hole after hole, the cumulative ACK moved at every other 50 ms sample,
+/// and each sample without an advance cancelled the resumption: the stop went on to the end of
+/// the transfer (7.5 s, `no_ack`, nothing delivered) over 28 MB acknowledged.
+#[test]
+fn a_stop_ends_when_delivery_resumes_in_jumps_with_samples_between_them() {
+    let (mut r, t, mut acked) = Run::healthy(1000);
+    r.ticks(t, t + 400 * MS);
+    assert!(r.out.iter().any(|f| f.ongoing), "a stop: {:?}", r.out);
+    let resumed = t + 450 * MS;
+    let mut at = t + 400 * MS;
+    for k in 0..40 {
+        at += 50 * MS;
+        if k % 2 == 0 {
+            acked += 700_000;
+        }
+        r.see_and_tick(at, sample(acked, 80, CA_RECOVERY, 1 << 20));
+    }
+    let ended: Vec<_> = r.out.iter().filter(|f| !f.ongoing).collect();
+    assert_eq!(ended.len(), 1, "one stop, ended: {:?}", r.out);
+    assert_eq!(end_ns(ended[0]), resumed, "{:?}", ended[0]);
+    assert!(r.out.iter().all(|f| f.start_ns == t), "no stop after it: {:?}", r.out);
+}
+
+/// The same stop's evidence said nothing was delivered during it: what a resumption delivered
+/// before it fell through is the stop's, and what the resumption that ends it delivers is not.
+#[test]
+fn a_resumption_that_falls_through_counts_its_delivery_as_the_stops() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.ticks(t, t + 400 * MS);
+    // One jump, then ACKs that move nothing for longer than the resumption's window.
+    r.see_and_tick(t + 450 * MS, sample(acked + 700_000, 80, CA_RECOVERY, 1 << 20));
+    for at in [500, 550, 600, 650] {
+        r.see_and_tick(t + at * MS, sample(acked + 700_000, 80, CA_RECOVERY, 1 << 20));
+    }
+    r.ticks(t + 650 * MS, t + 1000 * MS);
+    assert!(r.out.iter().all(|f| f.ongoing), "the stop goes on: {:?}", r.out);
+    // Delivery resumes for good: the stop ends there, with the first jump as its delivery.
+    r.healthy_from(t + 1000 * MS, acked + 700_000, 300);
+    let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));
+    assert_eq!(end_ns(end), t + 1050 * MS, "{end:?}");
+    assert_eq!(end.evidence["acks_during"], 1, "{}", end.evidence);
+    assert_eq!(end.evidence["bytes_delivered_during"], 700_000, "{}", end.evidence);
+}

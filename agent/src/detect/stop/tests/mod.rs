@@ -3,6 +3,8 @@
 mod causes;
 mod ends;
 mod idles;
+mod mtu;
+mod not_bulk;
 mod owners;
 
 use super::{StopConfig, StopDetector};
@@ -47,11 +49,14 @@ impl Run {
 
     /// A record of the connection at `at`.
     fn see(&mut self, at: u64, body: Body) {
-        let conn = ConnId {
-            cookie: 1,
-            netns: 1,
-            tuple: Tuple { local: "10.0.0.1:4000".parse().unwrap(), remote: "10.0.0.2:5201".parse().unwrap() },
-        };
+        self.see_other(1, "10.0.0.1:4000-10.0.0.2:5201", at, body);
+    }
+
+    /// A record of another connection of the host, `cookie`, "local-remote", at `at`.
+    fn see_other(&mut self, cookie: u64, tuple: &str, at: u64, body: Body) {
+        let (local, remote) = tuple.split_once('-').unwrap();
+        let tuple = Tuple { local: local.parse().unwrap(), remote: remote.parse().unwrap() };
+        let conn = ConnId { cookie, netns: 1, tuple };
         self.d.observe(&Event { ts_ns: at, conn, body }, &mut self.out);
     }
 
