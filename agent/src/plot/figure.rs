@@ -221,7 +221,7 @@ pub fn conn_figure(s: &ConnSeries) -> String {
     svg.finish()
 }
 
-/// A group of parallel streams (paper 001): per-stream goodput over time and delivered bytes.
+/// A group of parallel streams (the parallel-streams study): per-stream goodput over time and delivered bytes.
 pub fn group_figure(title: &str, streams: &[ConnSeries]) -> String {
     let mut svg = Svg::new(WIDTH, HEIGHT);
     let start = streams.iter().map(|s| s.start).fold(f64::INFINITY, f64::min);

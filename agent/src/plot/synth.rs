@@ -1,9 +1,9 @@
 //! Synthetic recordings in the shape of the papers' transfers, for tests, demos and docs/img.
 //!
-//! `outage`: one 10 ms RTT stream through a 500 Mbit/s bottleneck (paper 000): slow start past the
+//! `outage`: one 10 ms RTT stream through a 500 Mbit/s bottleneck (the communication-stops study): slow start past the
 //! BDP, half the window lost, retransmissions lost again so cwnd sits at 1 for 3 s (a stop), an RTO,
 //! then recovery at full speed. `parallel`: 4 streams of one transfer settling at unequal shares
-//! (paper 001). Deterministic: no clock, no randomness.
+//! (the parallel-streams study). Deterministic: no clock, no randomness.
 use std::net::SocketAddr;
 
 use serde_json::json;
@@ -328,7 +328,7 @@ pub fn parallel() -> (Recording, Vec<Finding>) {
         let mut t = 5 * MS + i as u64 * 3 * MS;
         while t < 20_000 * MS {
             let secs = t as f64 / 1e9;
-            // Equal until 5 s, then the shares drift apart (paper 001 figure 3).
+            // Equal until 5 s, then the shares drift apart (the parallel-streams study, its figure 3).
             let w = if secs < 5.0 { 0.25 } else { shares[i] + (0.25 - shares[i]) * (-(secs - 5.0)).exp() };
             let wobble = 1.0 + 0.15 * ((secs * 3.0 + i as f64).sin());
             let segs = (1e9 * w * wobble * 0.02 / 8.0 / MSS as f64) as u32;

@@ -48,7 +48,7 @@ pub struct LogLine {
     pub repeat: u32,
 }
 
-/// Fairness over a group of streams (paper 001).
+/// Fairness over a group of streams (the parallel-streams study).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fairness {
     pub streams: usize,

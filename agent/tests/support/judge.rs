@@ -243,7 +243,7 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
         "no-sack" => {
             let l = f.iter().find(|x| x["kind"] == "limit" && x["cause"] == "no_sack");
             assert!(l.is_some(), "no_sack not flagged: {f:#?}");
-            // Without SACK a burst of losses is repaired one hole per RTT (paper 004): that may be a stop,
+            // Without SACK a burst of losses is repaired one hole per RTT (the SACK-over-ATM study): that may be a stop,
             // named slow_recovery; any other stop must come with an RTO in the truth.
             for x in f.iter().filter(|x| x["kind"] == "stop") {
                 assert!(

@@ -120,12 +120,12 @@ fn parallel(staggered: bool) -> Scenario {
         .collect();
     let (name, summary, exp) = if staggered {
         ("parallel-4-staggered", "four streams started RTT/4 apart share a drop-tail bottleneck evenly",
-         Expected::new("none", "fair-share", None, None, "001's remedy: streams started RTT/n apart hold similar shares; no persistent imbalance should be flagged"))
+         Expected::new("none", "fair-share", None, None, "The parallel-streams study's remedy: streams started RTT/n apart hold similar shares; no persistent imbalance should be flagged"))
     } else {
         ("parallel-4", "four streams started together through one drop-tail bottleneck; one falls behind and stays behind",
-         Expected::new("unfair", "send-order", Some(5.0), None, "001: an imbalance that persists; the stream that sends last in the RTT loses first. Measured here (6.18, cubic and reno, 100 and 200 ms RTT, 1/8 and 1/4 BDP queue) the Jain index over the run was 0.93-1.00: the persistent send-order imbalance of 001 does not reproduce in this lab, whose senders have no access-link serialization. Agent tests judge against truth.summary.stream_goodput_mbit / jain_index; parallel-4-lossy is the reliably unfair case"))
+         Expected::new("unfair", "send-order", Some(5.0), None, "The parallel-streams study: an imbalance that persists; the stream that sends last in the RTT loses first. Measured here (6.18, cubic and reno, 100 and 200 ms RTT, 1/8 and 1/4 BDP queue) the Jain index over the run was 0.93-1.00: the persistent send-order imbalance of the parallel-streams study does not reproduce in this lab, whose senders have no access-link serialization. Agent tests judge against truth.summary.stream_goodput_mbit / jain_index; parallel-4-lossy is the reliably unfair case"))
     };
-    let mut s = base(name, summary, Some("001_dc74dff776e003ff.txt"),
+    let mut s = base(name, summary, Some("the parallel-streams study"),
         "Paper: 4 x 1 stream, 1 GbE, 300 ms RTT, BIC, 100 s. Here: 4 sender namespaces -> one receiver, tbf 100 Mbit/s with a 312 kB (1/4 BDP) drop-tail queue, 100 ms RTT, cubic, 15 s. Offsets are RTT/4 = 25 ms in the staggered variant.",
         l, Traffic::Iperf { flows, duration_s: 15.0, bytes: None, cc: Some(PAPERS_CC.into()) });
     s.expected.push(exp);
@@ -154,11 +154,11 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut l = lab(1, p);
             big_buffers(&mut l, 64 << 20);
             let mut s = base("policer-burst", "one stream through a 500 Mbit/s policer with a 16 MB bucket at 10 ms RTT: a burst loss of half the window",
-                Some("000_2e9743cb0abe8e5d.txt"),
+                Some("the communication-stops study"),
                 "Paper: 1 GB, one stream, 10 ms RTT, policer 500 Mbps with 16 MB burst. Here the same rate, bucket and RTT, but 300 MB by default (--bytes 1000000000 for the paper's 1 GB) and a 30 s cap. With the big bucket cwnd grows far past the 625 kB BDP before the bucket runs dry and a large part of the window is dropped at once. summary.efficiency = goodput / 500 Mbit/s.",
                 l, Traffic::Iperf { flows: vec![IperfFlow { sender: 0, receiver: 0, streams: 1, start_offset_ms: 0.0, rate_mbit: None, client_port: None }], duration_s: 30.0, bytes: Some(300_000_000), cc: Some(PAPERS_CC.into()) });
             s.expected.push(Expected::new("burst-loss", "policer", Some(0.3), None,
-                "000: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
+                "The communication-stops study: once the bucket runs dry (~0.3-1 s in) many segments of one window are dropped at once and retransmissions are policed again (TcpExtTCPLostRetransmit in the thousands); efficiency is reported against the policed rate. On 6.x kernels recovery measured here ends without a multi-second stop or RTO: flag a stop only if the truth shows one (RTOs, bytes_acked flat for many RTTs in ss_samples)"));
             s.expected.push(mechanism(
                 "policer",
                 Some(0.3),
@@ -172,7 +172,7 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut s = parallel(false);
             s.name = "parallel-4-lossy".into();
             s.summary = "four streams of one transfer, one of them over a link that drops 0.2 %: that stream falls far behind and bounds the transfer".into();
-            s.doc = "Not from a paper's figure but the case 001's analysis is for: the streams of one transfer settle at very different rates. Here the cause is a flaky path member (a LAG or ECMP link with errors) under sender 3 only: 0.2 % random loss on its link into the router; otherwise as parallel-4 (tbf 100 Mbit/s, 1/4 BDP drop-tail, 100 ms RTT, cubic, 15 s). By the Mathis model that stream holds ~3-6 Mbit/s while the others share the rest.".into();
+            s.doc = "Not from a paper's figure but the case the parallel-streams study analyses is for: the streams of one transfer settle at very different rates. Here the cause is a flaky path member (a LAG or ECMP link with errors) under sender 3 only: 0.2 % random loss on its link into the router; otherwise as parallel-4 (tbf 100 Mbit/s, 1/4 BDP drop-tail, 100 ms RTT, cubic, 15 s). By the Mathis model that stream holds ~3-6 Mbit/s while the others share the rest.".into();
             s.lab.path.lossy_sender = Some(LossySender { sender: 3, loss_ppm: 2000 });
             s.expected = vec![Expected::new("unfair", "loss-on-one-path", Some(3.0), None,
                 "the group is unfair from the first seconds on; the slowest stream is sender 3's, and it retransmits many times more than the others: its path loses packets (check that link, NIC, or ECMP member), staggering starts would not help"),
@@ -184,11 +184,11 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             l.receiver_sysctls.push(kv("net.ipv4.tcp_rmem", "4096 65536 262144"));
             l.receiver_sysctls.push(kv("net.core.rmem_max", "262144"));
             let mut s = base("lfn-buffer", "BDP 2.5 MB (200 Mbit/s x 100 ms) against a receiver tcp_rmem max of 256 kB: receive-window limited",
-                Some("002_b71ce8b873d57a4c.txt"),
+                Some("the emulated-network study"),
                 "Paper: 10 GbE at 400 ms needs socket buffers >= 2.5x BDP. Here: tbf 200 Mbit/s, 100 ms RTT (BDP 2.5 MB), receiver tcp_rmem max 256 kB, 8 s. Goodput stays near rwnd/RTT (~10-20 Mbit/s), far below the link.",
                 l, one_flow(8.0));
             s.expected.push(Expected::new("limit", "receive-window", Some(0.0), Some(8.0),
-                "002: limited by the receiver's window, not the network; advice: raise net.ipv4.tcp_rmem max (and core.rmem_max) on the receiver to >= 2.5 x BDP (~6 MB)"));
+                "The emulated-network study: limited by the receiver's window, not the network; advice: raise net.ipv4.tcp_rmem max (and core.rmem_max) on the receiver to >= 2.5 x BDP (~6 MB)"));
             s.expected.push(mechanism(
                 "sysctl",
                 Some(0.0),
@@ -198,12 +198,12 @@ pub fn by_name(name: &str) -> Result<Scenario> {
         }
         "tail-loss-rto" => {
             let mut s = base("tail-loss-rto", "a 300 ms forward blackhole mid-transfer drops a whole window and its probes: recovery cannot repair it, an RTO fires",
-                Some("003_18e0ec4627adf6ee.txt"),
+                Some("the retransmission-timeout study"),
                 "Paper: a window far larger than the path allows loses a burst of consecutive segments, fast recovery runs out of duplicate ACKs, the sender idles until the RTO. Here the burst loss is made deterministic: at 3 s every data packet is dropped for 300 ms (ACKs still flow), 40 ms RTT, tbf 100 Mbit/s, 8 s. The whole flight and the tail-loss probe are lost, so only the RTO (min 200 ms + RTT) recovers.",
                 lab(1, shaped(40.0, 100.0, None)), one_flow(8.0));
             s.events.push(Event::Outage { at_s: 3.0, for_s: 0.3, dir: Some(Dir::Forward), receiver: None });
             s.expected.push(Expected::new("stop", "rto", Some(3.0), Some(0.5),
-                "003: delivery stops at ~3 s until the retransmission timer fires (TcpExtTCPTimeouts >= 1); cause: recovery ran out, RTO"));
+                "The retransmission-timeout study: delivery stops at ~3 s until the retransmission timer fires (TcpExtTCPTimeouts >= 1); cause: recovery ran out, RTO"));
             s
         }
         "no-sack" => {
@@ -212,11 +212,11 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             let mut l = lab(1, p);
             l.sender_sysctls.push(kv("net.ipv4.tcp_sack", "0"));
             let mut s = base("no-sack", "SACK off on the sender, 0.05 % random loss: multiple losses per window are repaired one per RTT",
-                Some("004_a4adbfb71c2ac278.txt"),
+                Some("the SACK-over-ATM study"),
                 "Paper: 155 Mbps ATM, SACK gave +30 % at 1e-5 and +100 % at 1e-4 cell loss. Here: net.ipv4.tcp_sack=0 on the sender (so SACK is not negotiated), 0.05 % random forward loss, tbf 200 Mbit/s, 20 ms RTT, 8 s.",
                 l, one_flow(8.0));
             s.expected.push(Expected::new("missing-option", "no-sack", Some(0.0), None,
-                "004: a bulk connection without SACK must be flagged (options show no sack); throughput below a SACK run of the same knobs"));
+                "The SACK-over-ATM study: a bulk connection without SACK must be flagged (options show no sack); throughput below a SACK run of the same knobs"));
             s
         }
         "outage" => {
@@ -233,8 +233,8 @@ pub fn by_name(name: &str) -> Result<Scenario> {
             p.forward.loss_ppm = 2000;
             p.retx_drop = Some(RetxDrop { segments: 20, drops_per_segment: 1 });
             let mut s = base("lost-retransmit", "0.2 % random loss plus a tc-bpf program that drops the first retransmission of the first 20 retransmitted segments",
-                Some("000_2e9743cb0abe8e5d.txt"),
-                "000's mechanism: a retransmission lost again is only found late. Random forward loss (nft, 0.2 %) makes originals go missing; bpf/retx_drop.bpf.c on the router's receiver-facing egress drops the first retransmission of each of the first 20 segments it sees retransmitted. truth.retx_drop has the program's own counters. 10 ms RTT (000's), tbf 200 Mbit/s, 8 s. Loss caps the rate (about 1/(RTT sqrt(p))), so the number of lost originals grows only with sqrt(p)/RTT: 0.1 % at 20 ms lost about 20 in 8 s and sometimes fewer than the 20 targets; 0.2 % at 10 ms loses about three times as many.",
+                Some("the communication-stops study"),
+                "The communication-stops study's mechanism: a retransmission lost again is only found late. Random forward loss (nft, 0.2 %) makes originals go missing; bpf/retx_drop.bpf.c on the router's receiver-facing egress drops the first retransmission of each of the first 20 segments it sees retransmitted. truth.retx_drop has the program's own counters. 10 ms RTT (the study's), tbf 200 Mbit/s, 8 s. Loss caps the rate (about 1/(RTT sqrt(p))), so the number of lost originals grows only with sqrt(p)/RTT: 0.1 % at 20 ms lost about 20 in 8 s and sometimes fewer than the 20 targets; 0.2 % at 10 ms loses about three times as many.",
                 lab(1, p), one_flow(8.0));
             s.expected.push(Expected::new("lost-retransmit", "retransmission-lost", None, None,
                 "retransmissions lost again (TcpExtTCPLostRetransmit > 0, truth.retx_drop.dropped of them); late detection may show as a stop or an RTO"));

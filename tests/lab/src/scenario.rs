@@ -54,7 +54,7 @@ pub struct Scenario {
     pub name: String,
     /// One line: what happens.
     pub summary: String,
-    /// The seed paper it reproduces (file name in seeds/), if any.
+    /// The study it reproduces (docs/diagnosis.md, "The studies cited"), if any.
     pub paper: Option<String>,
     /// How it was scaled from the paper and what to look for.
     pub doc: String,

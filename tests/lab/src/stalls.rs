@@ -106,7 +106,7 @@ impl FlowTruth {
     /// Whether the capture shows "almost nothing" delivered inside [from, to] (less `REPORT_EDGE_S`
     /// at each end), by the stop's definition: data in flight throughout, and the cumulative ACK
     /// advancing slower than max(2 segments per srtt, 5 % of its rate in the second before). Paper
-    /// 000's stop is such a stretch (one segment per RTT through Recovery): the ACK moves, so the
+    /// The communication-stops study's stop is such a stretch (one segment per RTT through Recovery): the ACK moves, so the
     /// strict truth has no stall there, yet a report of it is right (lab fuzz seed 7 run 19: 5
     /// segments per 13 ms RTT for 175 ms, 1.2 % of the 48 MB/s before).
     pub fn slow_delivery(&self, from: f64, to: f64) -> bool {

@@ -55,7 +55,7 @@ pub struct Summary {
     pub goodput_mbit: f64,
     /// The bottleneck rate the path was set to (policer or shaper, forward), Mbit/s.
     pub bottleneck_mbit: Option<f64>,
-    /// goodput / bottleneck (paper 000's efficiency).
+    /// goodput / bottleneck (the communication-stops study's efficiency).
     pub efficiency: Option<f64>,
     /// Per-flow goodput, Mbit/s, in flow order.
     pub flow_goodput_mbit: Vec<f64>,
