@@ -115,7 +115,7 @@ pub fn prepare_bpf() -> Result<tcpvigil::bpf::variants::Variants, ExitCode> {
     if let Some(m) = variants.missing_essential().first() {
         eprintln!("tcpvigil: no working variant for `{}` ({}); the kernel refused:", m.need, m.what);
         for (cand, why) in &m.refused {
-            eprintln!("tcpvigil:   {cand}: {why} ({})", super::check::likely_reason(cand, why));
+            eprintln!("tcpvigil:   {cand}: {why} ({})", super::refusal::likely_reason(cand, why));
         }
         eprintln!("tcpvigil: run `tcpvigil check` for every need");
         return Err(ExitCode::from(1));

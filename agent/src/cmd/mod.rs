@@ -7,6 +7,7 @@ pub mod help;
 pub mod notify;
 pub mod plot;
 pub mod record;
+pub mod refusal;
 pub mod reload;
 pub mod run;
 pub mod watch;

@@ -4,7 +4,6 @@ use std::collections::VecDeque;
 
 use super::config::StopConfig;
 use super::evidence::Evidence;
-use super::mtu::Answer;
 use crate::detect::owner::{Hold, StopOwner};
 use crate::model::{Body, ConnId, Event, Finding, Mechanism, StopCause};
 
@@ -370,4 +369,13 @@ impl Conn {
             self.end(cfg, now, start, ack_ts.max(start), out);
         }
     }
+}
+
+/// What got through the path while the stop's segments did not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Answer {
+    /// The largest segment it could have carried, payload bytes (0: the handshake only).
+    pub largest: u32,
+    /// Another connection to the same address that delivered it; None: this one, before the stop.
+    pub by: Option<crate::model::Tuple>,
 }

@@ -73,13 +73,13 @@ impl StopDetector {
         let wanted: Vec<(u64, mtu::Wanted)> =
             self.conns.values().filter_map(|c| c.wants_answer().map(|w| (c.id.cookie, w))).collect();
         for (cookie, w) in wanted {
-            let mut small: Option<mtu::Answer> = None;
+            let mut small: Option<conn::Answer> = None;
             let mut large = false;
             for o in self.conns.values().filter(|o| o.id.cookie != cookie && o.same_path(&w)) {
                 match o.answered {
                     Some((ts, largest)) if ts >= w.since && largest >= w.stuck => large = true,
                     Some((ts, largest)) if ts >= w.since && small.is_none_or(|a| a.largest < largest) => {
-                        small = Some(mtu::Answer { largest, by: Some(o.id.tuple) })
+                        small = Some(conn::Answer { largest, by: Some(o.id.tuple) })
                     }
                     _ => {}
                 }

@@ -10,22 +10,13 @@ use std::net::IpAddr;
 
 use serde_json::{json, Value};
 
-use super::conn::Conn;
-use crate::model::{StopOwner, Tuple};
+use super::conn::{Answer, Conn};
+use crate::model::StopOwner;
 
 /// Payload that fits any path of the family (IPv4's 576-byte minimum MTU, IPv6's 1280): segments
 /// no larger never fall into a black hole.
 const MIN_PAYLOAD_V4: u32 = 536;
 const MIN_PAYLOAD_V6: u32 = 1220;
-
-/// What got through the path while the stop's segments did not.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Answer {
-    /// The largest segment it could have carried, payload bytes (0: the handshake only).
-    pub largest: u32,
-    /// Another connection to the same address that delivered it; None: this one, before the stop.
-    pub by: Option<Tuple>,
-}
 
 /// Which stops look for another connection's answer, and where.
 #[derive(Debug, Clone, Copy)]
