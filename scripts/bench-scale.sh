@@ -249,9 +249,14 @@ def throughput():
     for i in range(PAIRS):
         off.append(iperf(5))
         cfg, ready = f"{TMP}/c.toml", f"{TMP}/ready"
+        open(cfg, "w").close()
+        log = open(f"{TMP}/daemon.log", "w")
         d = subprocess.Popen([BIN, "run", "--listen", "127.0.0.1:0", "--config", cfg, "--ready-file", ready],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=log, stderr=log)
+        t0 = time.time()
         while not os.path.exists(ready):
+            if d.poll() is not None or time.time() - t0 > 300:
+                raise SystemExit(f"tcpvigil run did not become ready: see {TMP}/daemon.log")
             time.sleep(0.05)
         os.remove(ready)
         time.sleep(2)
