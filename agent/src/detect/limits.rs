@@ -1,11 +1,12 @@
 //! What holds a connection back: receive window, send buffer (chrono stats), missing options, small MSS.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::buffers::{receive_knob, send_knob, Peers, SockBuffers};
 use super::DetectConfigError;
-use crate::model::{Body, Event, Finding, LimitReason, PathTag, Snap};
+use crate::model::{Body, Event, Finding, LimitReason, Mechanism, PathTag, Snap};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -16,9 +17,10 @@ pub struct LimitsConfig {
     pub min_busy_s: f64,
     /// Flag when this fraction of busy time was rwnd- or sndbuf-limited.
     pub limited_fraction: f64,
-    /// An MSS below this many bytes is small (paper 004).
+    /// An MSS below this many bytes is small (per-packet costs dominate on a fast path).
     pub small_mss: u32,
-    /// Suggested buffer = this factor x BDP (paper 002 needed about 2.5).
+    /// Suggested buffer = this factor x BDP ("Performance evaluation of TCP/IP in an emulated
+    /// network environment" needed about 2.5).
     pub bdp_factor: f64,
 }
 
@@ -42,16 +44,27 @@ struct Conn {
     first: Option<(u64, Snap)>,
     max_rate_bps: f64,
     min_rtt_us: u32,
-    reported: HashSet<LimitReason>,
+    /// The largest window the peer advertised.
+    max_snd_wnd: u32,
+    /// Each reported reason with the mechanism it named: reported again once the mechanism is known.
+    reported: HashMap<LimitReason, Option<Mechanism>>,
 }
 
 pub struct LimitsDetector {
     cfg: LimitsConfig,
     conns: HashMap<u64, Conn>,
+    /// Every socket's buffers, to find a connection's receiver on this host.
+    peers: Peers,
 }
 
 /// Peak delivery per min RTT at or above this share of the peer's window: the window is what caps delivery.
 const WINDOW_BOUND: f64 = 0.8;
+
+fn merge(into: &mut serde_json::Value, from: &serde_json::Value) {
+    if let (Some(e), Some(x)) = (into.as_object_mut(), from.as_object()) {
+        e.extend(x.clone());
+    }
+}
 
 fn round_up_mib(bytes: f64) -> u64 {
     let mib = (bytes / (1u64 << 20) as f64).ceil().max(1.0) as u64;
@@ -60,7 +73,7 @@ fn round_up_mib(bytes: f64) -> u64 {
 
 impl LimitsDetector {
     pub fn new(cfg: LimitsConfig) -> Self {
-        LimitsDetector { cfg, conns: HashMap::new() }
+        LimitsDetector { cfg, conns: HashMap::new(), peers: Peers::default() }
     }
 
     pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
@@ -68,13 +81,16 @@ impl LimitsDetector {
             Body::Snapshot(s) => s,
             Body::Close(_) => {
                 self.conns.remove(&ev.conn.cookie);
+                self.peers.remove(ev.conn.cookie);
                 return;
             }
             _ => return,
         };
+        self.peers.update(ev.conn.cookie, &ev.conn.tuple, s);
         let cfg = &self.cfg;
         let c = self.conns.entry(ev.conn.cookie).or_default();
         c.max_rate_bps = c.max_rate_bps.max(s.delivery_rate_bps());
+        c.max_snd_wnd = c.max_snd_wnd.max(s.snd_wnd);
         if s.min_rtt_us > 0 {
             c.min_rtt_us = if c.min_rtt_us == 0 { s.min_rtt_us } else { c.min_rtt_us.min(s.min_rtt_us) };
         }
@@ -114,50 +130,47 @@ impl LimitsDetector {
             "rcvbuf": s.rcvbuf,
             "busy_s": busy,
         });
-        let mut found: Vec<(LimitReason, serde_json::Value)> = Vec::new();
+        let mut found: Vec<(LimitReason, Option<Mechanism>, serde_json::Value)> = Vec::new();
         // A closed window is a receiver that stopped reading (a zero-window stop), not a buffer to size.
         // A pacing sender (BBR) spends only part of its busy time rwnd-limited even when the window caps it:
         // then the peak delivery per RTT equals the window, which is the same diagnosis.
         let window_use = if s.snd_wnd > 0 { bdp / s.snd_wnd as f64 } else { 0.0 };
         let window_bound = window_use >= WINDOW_BOUND && rwnd / busy.max(1e-9) >= cfg.limited_fraction / 3.0;
         if s.snd_wnd > 0 && busy >= cfg.min_busy_s && (rwnd / busy >= cfg.limited_fraction || window_bound) {
-            found.push((LimitReason::RwndLimited, json!({
-                "limited_fraction": rwnd / busy,
-                "window_use": window_use,
-                "snd_wnd": s.snd_wnd,
-                "advice": format!(
-                    "the receiver's window holds the sender back: raise net.ipv4.tcp_rmem max on the receiver to {suggest} (≈{} x BDP of {} bytes){}",
-                    cfg.bdp_factor,
-                    bdp as u64,
-                    if window_use >= WINDOW_BOUND { "; delivery is capped by the window, so the path's BDP may be larger: size for link rate x RTT" } else { "" }
-                ),
-                "sysctl": "net.ipv4.tcp_rmem", "side": "receiver", "value": suggest,
-            })));
+            let peer = self.peers.peer(&ev.conn.tuple);
+            let k = receive_knob(peer, c.max_snd_wnd, suggest, cfg.bdp_factor, bdp, window_use >= WINDOW_BOUND);
+            let mut e = json!({"limited_fraction": rwnd / busy, "window_use": window_use, "snd_wnd": s.snd_wnd});
+            merge(&mut e, &k.evidence);
+            e["advice"] = k.advice.into();
+            found.push((LimitReason::RwndLimited, k.mechanism, e));
         }
         if busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
-            found.push((LimitReason::SndbufLimited, json!({
-                "limited_fraction": sndbuf / busy,
-                "advice": format!("the send buffer runs dry: raise net.ipv4.tcp_wmem max on this host to {suggest} (≈{} x BDP of {} bytes)", cfg.bdp_factor, bdp as u64),
-                "sysctl": "net.ipv4.tcp_wmem", "side": "sender", "value": suggest,
-            })));
+            let k = send_knob(&SockBuffers::of(ev.conn.cookie, s), suggest, cfg.bdp_factor, bdp, true);
+            let mut e = json!({"limited_fraction": sndbuf / busy});
+            merge(&mut e, &k.evidence);
+            e["advice"] = k.advice.into();
+            found.push((LimitReason::SndbufLimited, k.mechanism, e));
         }
         if !s.options.sack {
-            found.push((LimitReason::NoSack, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
+            found.push((LimitReason::NoSack, None, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
         }
         if !s.options.wscale {
-            found.push((LimitReason::NoWscale, json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
+            found.push((LimitReason::NoWscale, None, json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
         }
         if s.mss > 0 && s.mss < cfg.small_mss {
-            found.push((LimitReason::SmallMss, json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
+            found.push((LimitReason::SmallMss, None, json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
         }
-        for (cause, extra) in found {
-            if !c.reported.insert(cause) {
-                continue;
+        for (cause, mechanism, extra) in found {
+            // Once per reason; again when the knob becomes known (the receiver's socket was seen
+            // after the first report) or changes.
+            match c.reported.get(&cause) {
+                Some(m) if *m == mechanism || mechanism.is_none() => continue,
+                _ => {
+                    c.reported.insert(cause, mechanism);
+                }
             }
             let mut evidence = base.clone();
-            if let (Some(e), Some(x)) = (evidence.as_object_mut(), extra.as_object()) {
-                e.extend(x.clone());
-            }
+            merge(&mut evidence, &extra);
             out.push(Finding {
                 ts_ns: ev.ts_ns,
                 conn: Some(ev.conn),
@@ -167,7 +180,7 @@ impl LimitsDetector {
                 ongoing: true,
                 cause: cause.into(),
                 owner: None,
-                mechanism: None,
+                mechanism,
                 evidence,
                 path: PathTag::default(),
             });
@@ -257,6 +270,94 @@ mod tests {
         assert_eq!(f.evidence["sysctl"], "net.ipv4.tcp_rmem");
         // 1727 x 1448 B per 100 ms = 25.0 MB/s; x 100 ms = 2.50 MB BDP; x 2.5 = 6.25 MB = 5.96 MiB -> 6 MiB.
         assert_eq!(f.evidence["value"], 6u64 << 20);
+    }
+
+    fn receiver(locked: bool, rcvbuf: u32, rmem_max: u32) -> Event {
+        let id = ConnId {
+            cookie: 4,
+            netns: 2,
+            tuple: Tuple { local: "10.0.0.2:2".parse().unwrap(), remote: "10.0.0.1:1".parse().unwrap() },
+        };
+        let s = Snap { rcvbuf, rcvbuf_locked: locked, rmem_max, ..Default::default() };
+        Event { ts_ns: 500_000_000, conn: id, body: Body::Snapshot(s) }
+    }
+
+    fn run_with(first: Vec<Event>, snaps: Vec<Snap>) -> Vec<Finding> {
+        let id = ConnId {
+            cookie: 3,
+            netns: 1,
+            tuple: Tuple { local: "10.0.0.1:1".parse().unwrap(), remote: "10.0.0.2:2".parse().unwrap() },
+        };
+        let mut d = LimitsDetector::new(LimitsConfig::default());
+        let mut out = vec![];
+        for e in &first {
+            d.observe(e, &mut out);
+        }
+        for (i, s) in snaps.into_iter().enumerate() {
+            let ts = (i as u64 + 1) * 1_000_000_000;
+            d.observe(&Event { ts_ns: ts, conn: id, body: Body::Snapshot(s) }, &mut out);
+            if i == 4 {
+                // The receiver's socket, seen late: the knob becomes known.
+                d.observe(&Event { ts_ns: ts + 1, ..receiver(true, 131_072, 6 << 20) }, &mut out);
+            }
+        }
+        out
+    }
+
+    fn rwnd_limited() -> Vec<Snap> {
+        (0..8).map(|i| snap(i * 10_000_000, i * 1_000_000, i * 800_000, true)).collect()
+    }
+
+    #[test]
+    fn a_receiver_on_this_host_that_set_so_rcvbuf_is_named_the_application() {
+        let out = run_with(vec![receiver(true, 131_072, 6 << 20)], rwnd_limited());
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].mechanism, Some(Mechanism::Application));
+        assert_eq!(out[0].evidence["knob"], "SO_RCVBUF");
+        assert!(
+            out[0].evidence["advice"].as_str().unwrap().contains("setsockopt(SO_RCVBUF, 6291456)"),
+            "{}",
+            out[0].evidence
+        );
+        // The same receiver at its namespace's tcp_rmem ceiling: the sysctl.
+        let out = run_with(vec![receiver(false, 262_144, 262_144)], rwnd_limited());
+        assert_eq!(out[0].mechanism, Some(Mechanism::Sysctl));
+        assert_eq!(out[0].evidence["receiver"]["rmem_max"], 262_144);
+    }
+
+    #[test]
+    fn a_receiver_seen_after_the_first_report_gives_a_second_report_with_its_knob() {
+        let out = run_with(vec![], rwnd_limited());
+        let m: Vec<Option<Mechanism>> = out.iter().map(|f| f.mechanism).collect();
+        assert_eq!(m, vec![None, Some(Mechanism::Application)], "{out:?}");
+        assert_eq!(out[0].start_ns, out[1].start_ns, "an update of the same finding");
+        assert_eq!(out[0].evidence["receiver"]["on_this_host"], false);
+    }
+
+    #[test]
+    fn a_sender_that_set_so_sndbuf_is_named_the_application_and_one_at_tcp_wmem_max_the_sysctl() {
+        let limited = |locked: bool, sndbuf: u32, wmem_max: u32| -> Vec<Snap> {
+            (0..6)
+                .map(|i| Snap {
+                    sndbuf_limited_us: i * 800_000,
+                    sndbuf,
+                    sndbuf_locked: locked,
+                    wmem_max,
+                    ..snap(i * 10_000_000, i * 1_000_000, 0, true)
+                })
+                .collect()
+        };
+        let out = run(limited(true, 131_072, 4 << 20));
+        assert_eq!(
+            out.iter().map(|f| (f.cause.as_str(), f.mechanism)).collect::<Vec<_>>(),
+            vec![("sndbuf_limited", Some(Mechanism::Application))]
+        );
+        assert!(out[0].evidence["advice"].as_str().unwrap().contains("SO_SNDBUF"));
+        let out = run(limited(false, 262_144, 262_144));
+        assert_eq!(out[0].mechanism, Some(Mechanism::Sysctl));
+        assert_eq!(out[0].evidence["sysctl"], "net.ipv4.tcp_wmem");
+        // Below the ceiling, not locked: no knob is named.
+        assert_eq!(run(limited(false, 262_144, 4 << 20))[0].mechanism, None);
     }
 
     #[test]

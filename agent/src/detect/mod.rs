@@ -1,4 +1,5 @@
 //! Detectors: pure functions of events and time (no IO, clock or BPF) that produce findings.
+pub mod buffers;
 pub mod fairness;
 pub mod limits;
 pub mod owner;
