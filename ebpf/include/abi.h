@@ -162,6 +162,13 @@ struct tv_ca_state {
 	__u32 lost_out;
 	__u32 sacked_out;
 	__u32 retrans_out;
+	/* The RTT where the episode began: srtt, the RTT of the last packet (s)acknowledged (RACK's
+	 * rack.rtt_us: at an entry into Recovery, a packet sent right after the loss, so the queue it
+	 * waited in) and the windowed minimum. A policer drops at the path's RTT, a full queue after it. */
+	__u32 srtt_us;
+	__u32 rack_rtt_us;
+	__u32 min_rtt_us;
+	__u32 _pad2;
 };
 
 struct tv_rto {

@@ -52,7 +52,7 @@ mod tests {
         assert_eq!(size_of::<tv_hdr>(), 64);
         assert_eq!(size_of::<tv_sample>(), 192);
         assert_eq!(size_of::<tv_retrans>(), 120);
-        assert_eq!(size_of::<tv_ca_state>(), 104);
+        assert_eq!(size_of::<tv_ca_state>(), 120);
         assert_eq!(size_of::<tv_rto>(), 96);
         assert_eq!(size_of::<tv_state>(), 72);
         assert_eq!(size_of::<tv_owner>(), 96);

@@ -97,6 +97,9 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 lost_out: e.lost_out,
                 sacked_out: e.sacked_out,
                 retrans_out: e.retrans_out,
+                srtt_us: e.srtt_us,
+                rack_rtt_us: e.rack_rtt_us,
+                min_rtt_us: e.min_rtt_us,
             })
         }
         tv_kind::TV_K_RTO => {

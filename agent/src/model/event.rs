@@ -143,6 +143,15 @@ pub struct CaState {
     pub lost_out: u32,
     pub sacked_out: u32,
     pub retrans_out: u32,
+    /// The RTT where the change happened (µs; 0 in older recordings): srtt, the RTT of the last
+    /// packet (s)acknowledged (RACK's; entering Recovery, a packet sent just after the loss) and
+    /// the windowed minimum.
+    #[serde(default)]
+    pub srtt_us: u32,
+    #[serde(default)]
+    pub rack_rtt_us: u32,
+    #[serde(default)]
+    pub min_rtt_us: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
