@@ -1,5 +1,6 @@
 //! Detectors: pure functions of events and time (no IO, clock or BPF) that produce findings.
 pub mod buffers;
+pub mod episodes;
 pub mod fairness;
 pub mod limits;
 pub mod owner;
