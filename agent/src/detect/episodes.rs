@@ -25,7 +25,7 @@ const QUEUED_SHARE: f64 = 0.05;
 /// Of a verdict's episodes, at least this share must agree.
 const AGREE: f64 = 0.75;
 /// A policer lets through about the same burst each time: the flights where its losses began
-/// vary by at most this coefficient of variation (random loss strikes at any flight).
+/// vary by at most this robust coefficient of variation (random loss strikes at any flight).
 const STEADY_FLIGHT_CV: f64 = 0.25;
 
 /// One entry into Recovery.
@@ -89,7 +89,7 @@ pub struct Verdict {
     pub base_us: u32,
     pub rate_bps: f64,
     pub flight_bytes: u64,
-    /// The flights' coefficient of variation (0 with fewer than two).
+    /// The flights' robust coefficient of variation (0 with fewer than two).
     pub flight_cv: f64,
 }
 
@@ -241,16 +241,16 @@ pub fn verdict(eps: &[&Episode]) -> Option<Verdict> {
     None
 }
 
+/// The spread of `v` against its middle, robust to a few outliers (the recoveries right after
+/// slow start carry larger flights): the median absolute deviation, scaled to match a standard
+/// deviation for normal data, over the median.
 fn coefficient_of_variation(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    if mean <= 0.0 {
-        return 0.0;
-    }
-    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
-    var.sqrt() / mean
+    let Some(mid) = median(v.to_vec()).filter(|m| *m > 0.0) else { return 0.0 };
+    let mad = median(v.iter().map(|x| (x - mid).abs()).collect()).unwrap_or(0.0);
+    1.4826 * mad / mid
 }
 
 #[cfg(test)]

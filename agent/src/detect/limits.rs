@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::buffers::{receive_knob, send_knob, Peers, SockBuffers};
+use super::episodes::Verdict;
 use super::DetectConfigError;
 use crate::model::{Body, Event, Finding, LimitReason, Mechanism, PathTag, Snap};
 
@@ -76,7 +77,8 @@ impl LimitsDetector {
         LimitsDetector { cfg, conns: HashMap::new(), peers: Peers::default() }
     }
 
-    pub fn observe(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    /// One event; `loss` is what the connection's loss episodes show, for a snapshot.
+    pub fn observe(&mut self, ev: &Event, loss: Option<&Verdict>, out: &mut Vec<Finding>) {
         let s = match &ev.body {
             Body::Snapshot(s) => s,
             Body::Close(_) => {
@@ -151,6 +153,12 @@ impl LimitsDetector {
             e["advice"] = k.advice.into();
             found.push((LimitReason::SndbufLimited, k.mechanism, e));
         }
+        // Judged once the fairness detector had time to group the connection with its siblings
+        // (a group's losses are judged together).
+        let judged = loss.filter(|_| busy >= 2.0 * cfg.min_busy_s);
+        if let Some((m, e)) = judged.and_then(|v| super::loss::limit(v, c.max_rate_bps)) {
+            found.push((LimitReason::LossLimited, Some(m), e));
+        }
         if !s.options.sack {
             found.push((LimitReason::NoSack, None, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
         }
@@ -219,7 +227,11 @@ mod tests {
         let mut d = LimitsDetector::new(LimitsConfig::default());
         let mut out = vec![];
         for (i, s) in snaps.into_iter().enumerate() {
-            d.observe(&Event { ts_ns: (i as u64 + 1) * 1_000_000_000, conn: id, body: Body::Snapshot(s) }, &mut out);
+            d.observe(
+                &Event { ts_ns: (i as u64 + 1) * 1_000_000_000, conn: id, body: Body::Snapshot(s) },
+                None,
+                &mut out,
+            );
         }
         out
     }
@@ -291,14 +303,14 @@ mod tests {
         let mut d = LimitsDetector::new(LimitsConfig::default());
         let mut out = vec![];
         for e in &first {
-            d.observe(e, &mut out);
+            d.observe(e, None, &mut out);
         }
         for (i, s) in snaps.into_iter().enumerate() {
             let ts = (i as u64 + 1) * 1_000_000_000;
-            d.observe(&Event { ts_ns: ts, conn: id, body: Body::Snapshot(s) }, &mut out);
+            d.observe(&Event { ts_ns: ts, conn: id, body: Body::Snapshot(s) }, None, &mut out);
             if i == 4 {
                 // The receiver's socket, seen late: the knob becomes known.
-                d.observe(&Event { ts_ns: ts + 1, ..receiver(true, 131_072, 6 << 20) }, &mut out);
+                d.observe(&Event { ts_ns: ts + 1, ..receiver(true, 131_072, 6 << 20) }, None, &mut out);
             }
         }
         out

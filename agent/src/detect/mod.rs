@@ -3,6 +3,7 @@ pub mod buffers;
 pub mod episodes;
 pub mod fairness;
 pub mod limits;
+pub mod loss;
 pub mod owner;
 pub mod path;
 pub mod phase;
@@ -15,7 +16,7 @@ pub use pipeline::{analyze, Input, Pipeline};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
+use crate::model::{Body, Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
 
 /// `[detect]` section of the configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +71,9 @@ pub(crate) struct Detectors {
     /// Connections whose receiver closed its window: their rwnd-limited time is that stop.
     zero_window: std::collections::HashSet<u64>,
     stop: stop::StopDetector,
+    /// Every connection's loss episodes: the limits and fairness detectors ask them for the
+    /// mechanism behind a connection's or a group's losses.
+    episodes: episodes::Episodes,
     fairness: fairness::FairnessDetector,
     limits: limits::LimitsDetector,
     path: path::PathDetector,
@@ -80,6 +84,7 @@ impl Detectors {
         Detectors {
             zero_window: Default::default(),
             stop: stop::StopDetector::new(cfg.stop.clone()),
+            episodes: episodes::Episodes::default(),
             fairness: fairness::FairnessDetector::new(cfg.fairness.clone()),
             limits: limits::LimitsDetector::new(cfg.limits.clone()),
             path: path::PathDetector::new(cfg.path.clone()),
@@ -91,8 +96,15 @@ impl Detectors {
         let from = out.len();
         self.stop.observe(ev, out);
         self.path.fold(table, out, from);
+        self.episodes.observe(ev);
         self.fairness.observe(ev, table);
-        self.limits.observe(ev, out);
+        // A stream of a group has its losses judged with the group's (a shared queue, a lossy
+        // member), not alone.
+        let loss = match ev.body {
+            Body::Snapshot(_) if !self.fairness.in_group(ev.conn.cookie) => self.episodes.verdict(ev.conn.cookie),
+            _ => None,
+        };
+        self.limits.observe(ev, loss.as_ref(), out);
         self.explain(from, out);
     }
 
@@ -139,7 +151,7 @@ impl Detectors {
         let from = out.len();
         self.stop.tick(now_ns, out);
         self.path.fold(table, out, from);
-        self.fairness.tick(now_ns, table, out);
+        self.fairness.tick(now_ns, table, &self.episodes, out);
         self.explain(from, out);
     }
 }

@@ -117,3 +117,14 @@ fn episodes_begin_at_entries_into_recovery_with_rack_rtt_and_the_rate_before() {
     d.observe(&ev(4_000_000_000, Body::Close(Snap::default())));
     assert_eq!(d.len(), 0);
 }
+
+#[test]
+fn the_recoveries_right_after_slow_start_do_not_hide_a_policer() {
+    // cubic through a 100 Mbit/s policer with a 64 kB bucket at 40 ms (lab `policer`): two
+    // recoveries with larger flights as slow start's overshoot drains, then ~45 segments each time.
+    let e =
+        series(39.0, &[0.0, 1.1, 1.1, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2, 1.1], &[90, 58, 45, 48, 44, 45, 45, 49, 45, 46]);
+    let v = verdict(&e.iter().collect::<Vec<_>>()).expect("a verdict");
+    assert_eq!(v.mechanism, Mechanism::Policer, "{v:?}");
+    assert!(v.flight_cv < 0.1, "{v:?}");
+}

@@ -51,12 +51,14 @@ fn run_with(
     }
     let mut t = 0;
     let mut said = vec![];
+    let mut eps = Episodes::default();
     while t < secs * 1_000_000_000 {
         t += 50_000_000;
         let mut evs = extra(t - 50_000_000, t);
         evs.sort_by_key(|e| e.ts_ns);
         for ev in evs {
             table.apply(&ev);
+            eps.observe(&ev);
             d.observe(&ev, &table);
         }
         for (i, r) in rates.iter().enumerate() {
@@ -66,7 +68,7 @@ fn run_with(
             table.apply(&ev);
             d.observe(&ev, &table);
         }
-        d.tick(t, &table, &mut out);
+        d.tick(t, &table, &eps, &mut out);
         said.extend(d.phase_members());
     }
     (out, said)
@@ -157,7 +159,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
             table.apply(&ev);
             d.observe(&ev, &table);
         }
-        d.tick(t, &table, &mut out);
+        d.tick(t, &table, &Episodes::default(), &mut out);
     }
     assert_eq!(out.len(), 1, "{out:?}");
     for i in 0..rates.len() {
@@ -165,7 +167,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
         table.apply(&ev);
         d.observe(&ev, &table);
     }
-    d.tick(t + 1_000_000_000, &table, &mut out);
+    d.tick(t + 1_000_000_000, &table, &Episodes::default(), &mut out);
     let end = out.last().expect("an end report");
     assert!(!end.ongoing && end.group == out[0].group && end.start_ns == out[0].start_ns, "{end:?}");
     assert_eq!(end.conn.map(|c| c.cookie), Some(2));
@@ -177,7 +179,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
     assert!(streams.iter().any(|s| s["cookie"] == 2 && s["share"].as_f64().unwrap() < 0.05));
     // Nothing is kept for it, and nothing more is reported.
     assert!(d.groups.is_empty());
-    d.tick(t + 2_000_000_000, &table, &mut out);
+    d.tick(t + 2_000_000_000, &table, &Episodes::default(), &mut out);
     assert_eq!(out.len(), 2);
 }
 
