@@ -2,7 +2,8 @@
 //! began) and the mechanism they show: a token-bucket policer drops at the path's own RTT, each
 //! time about the same flight is out; a full drop-tail queue drops after the RTT grew by the
 //! queue's depth. Pure and bounded: a few numbers per episode, the last `KEPT` per connection.
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 
 use crate::model::event::{CA_LOSS, CA_RECOVERY};
 use crate::model::{Body, Event, Mechanism};
@@ -27,6 +28,15 @@ const AGREE: f64 = 0.75;
 /// A policer lets through about the same burst each time: the flights where its losses began
 /// vary by at most this robust coefficient of variation (random loss strikes at any flight).
 const STEADY_FLIGHT_CV: f64 = 0.25;
+/// ... and it drops again once the window has grown back: its episodes come at a steady pace,
+/// where random loss strikes at random times (exponential gaps: a robust CV near 0.9), also for
+/// a sender that keeps its flight steady whatever it loses (BBR).
+const STEADY_GAP_CV: f64 = 0.5;
+/// Episodes of all connections kept to tell whether one fell alone (bounded: on a busy host the
+/// oldest are forgotten, and an episode older than all of them is not judged alone).
+const RECENT_KEPT: usize = 4096;
+/// Another connection's episode this close (in the path's RTTs) and it did not fall alone.
+const TOGETHER_RTT: f64 = 0.5;
 
 /// One entry into Recovery.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +125,9 @@ struct Conn {
     min_rtt_us: u32,
     /// The last samples' delivery rates (time, bytes/s), for the rate before an episode.
     rates: VecDeque<(u64, f64)>,
+    remote: Option<IpAddr>,
+    /// The last sample: the connection was sending then.
+    active_ns: u64,
 }
 
 const RATES_KEPT: usize = 8;
@@ -123,6 +136,10 @@ const RATES_KEPT: usize = 8;
 #[derive(Default)]
 pub struct Episodes {
     conns: HashMap<u64, Conn>,
+    /// Every connection's latest episodes (time, cookie), oldest first.
+    recent: VecDeque<(u64, u64)>,
+    /// The connections to each remote address: the others on a connection's path.
+    by_remote: HashMap<IpAddr, HashSet<u64>>,
 }
 
 fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
@@ -134,9 +151,17 @@ impl Episodes {
     /// One event; returns whether it began an episode of its connection.
     pub fn observe(&mut self, ev: &Event) -> bool {
         let cookie = ev.conn.cookie;
+        if matches!(ev.body, Body::Sample(_) | Body::Snapshot(_) | Body::CaState(_))
+            && !self.conns.contains_key(&cookie)
+        {
+            let remote = ev.conn.tuple.remote.ip().to_canonical();
+            self.by_remote.entry(remote).or_default().insert(cookie);
+            self.conns.insert(cookie, Conn { remote: Some(remote), ..Default::default() });
+        }
         match &ev.body {
             Body::Sample(s) => {
                 let c = self.conns.entry(cookie).or_default();
+                c.active_ns = ev.ts_ns;
                 c.mss = s.mss;
                 c.srtt_us = s.srtt_us;
                 let r = s.delivery_rate_bps();
@@ -175,6 +200,10 @@ impl Episodes {
                 };
                 c.count += 1;
                 c.eps.push_back(e);
+                self.recent.push_back((ev.ts_ns, cookie));
+                if self.recent.len() > RECENT_KEPT {
+                    self.recent.pop_front();
+                }
                 if c.eps.len() > KEPT {
                     c.eps.pop_front();
                 }
@@ -183,7 +212,13 @@ impl Episodes {
             // A timeout says the path went silent or lost everything: not a loss of this kind.
             Body::CaState(x) if x.new == CA_LOSS => {}
             Body::Close(_) => {
-                self.conns.remove(&cookie);
+                if let Some(r) = self.conns.remove(&cookie).and_then(|c| c.remote) {
+                    let set = self.by_remote.entry(r).or_default();
+                    set.remove(&cookie);
+                    if set.is_empty() {
+                        self.by_remote.remove(&r);
+                    }
+                }
             }
             _ => {}
         }
@@ -197,6 +232,35 @@ impl Episodes {
 
     pub fn len(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Of the connection's kept episodes after its first, those the other connections' can be
+    /// told from (no older than the oldest remembered) and, of them, those that fell alone: no
+    /// other connection to the same remote address lost within half the path's RTT.
+    pub fn alone(&self, cookie: u64) -> (Vec<&Episode>, Vec<&Episode>) {
+        let oldest = self.recent.front().map_or(u64::MAX, |r| r.0);
+        let judged: Vec<&Episode> = self.of(cookie).filter(|e| !e.first && e.at_ns >= oldest).collect();
+        let remote = self.conns.get(&cookie).and_then(|c| c.remote);
+        let peer = |c: u64| c != cookie && self.conns.get(&c).is_some_and(|x| x.remote == remote);
+        let alone = judged
+            .iter()
+            .copied()
+            .filter(|e| {
+                let rtt = if e.base_us > 0 { e.base_us } else { e.rtt_us };
+                let w = (TOGETHER_RTT * f64::from(rtt) * 1e3) as u64;
+                let from = self.recent.partition_point(|r| r.0 + w < e.at_ns);
+                !self.recent.range(from..).take_while(|r| r.0 <= e.at_ns + w).any(|r| peer(r.1))
+            })
+            .collect();
+        (judged, alone)
+    }
+
+    /// The other connections to the connection's remote address that were sending at or after
+    /// `since_ns`: without them, losses falling alone say nothing.
+    pub fn peers(&self, cookie: u64, since_ns: u64) -> usize {
+        let remote = self.conns.get(&cookie).and_then(|c| c.remote);
+        let Some(set) = remote.and_then(|r| self.by_remote.get(&r)) else { return 0 };
+        set.iter().filter(|&&c| c != cookie && self.conns.get(&c).is_some_and(|x| x.active_ns >= since_ns)).count()
     }
 
     /// What the connection's kept episodes show, if they agree.
@@ -221,6 +285,8 @@ pub fn verdict(eps: &[&Episode]) -> Option<Verdict> {
     // The flights of the policer's regime: slow start's overshoot is another thing.
     let flights: Vec<f64> = measured.iter().filter(|e| !e.first).map(|e| e.flight_bytes as f64).collect();
     let cv = coefficient_of_variation(&flights);
+    let later: Vec<u64> = measured.iter().filter(|e| !e.first).map(|e| e.at_ns).collect();
+    let gaps: Vec<f64> = later.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64).collect();
     let v = |mechanism| Verdict {
         mechanism,
         episodes: n,
@@ -235,7 +301,12 @@ pub fn verdict(eps: &[&Episode]) -> Option<Verdict> {
     if (n >= MIN_QUEUED && share(Shape::Queued) >= AGREE) || deep {
         return Some(v(Mechanism::QueueOverflow));
     }
-    if n >= MIN_FLAT && flights.len() >= MIN_FLAT - 1 && share(Shape::Flat) >= AGREE && cv <= STEADY_FLIGHT_CV {
+    if n >= MIN_FLAT
+        && flights.len() >= MIN_FLAT - 1
+        && share(Shape::Flat) >= AGREE
+        && cv <= STEADY_FLIGHT_CV
+        && coefficient_of_variation(&gaps) <= STEADY_GAP_CV
+    {
         return Some(v(Mechanism::Policer));
     }
     None

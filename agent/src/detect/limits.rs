@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::buffers::{receive_knob, send_knob, Peers, SockBuffers};
-use super::episodes::Verdict;
+use super::episodes::Episodes;
 use super::DetectConfigError;
 use crate::model::{Body, Event, Finding, LimitReason, Mechanism, PathTag, Snap};
 
@@ -77,8 +77,8 @@ impl LimitsDetector {
         LimitsDetector { cfg, conns: HashMap::new(), peers: Peers::default() }
     }
 
-    /// One event; `loss` is what the connection's loss episodes show, for a snapshot.
-    pub fn observe(&mut self, ev: &Event, loss: Option<&Verdict>, out: &mut Vec<Finding>) {
+    /// One event; `loss`: the loss episodes, when the connection's are judged alone (not in a group).
+    pub fn observe(&mut self, ev: &Event, loss: Option<&Episodes>, out: &mut Vec<Finding>) {
         let s = match &ev.body {
             Body::Snapshot(s) => s,
             Body::Close(_) => {
@@ -156,7 +156,7 @@ impl LimitsDetector {
         // Judged once the fairness detector had time to group the connection with its siblings
         // (a group's losses are judged together).
         let judged = loss.filter(|_| busy >= 2.0 * cfg.min_busy_s);
-        if let Some((m, e)) = judged.and_then(|v| super::loss::limit(v, c.max_rate_bps)) {
+        if let Some((m, e)) = judged.and_then(|l| super::loss::connection(l, ev.conn.cookie, c.max_rate_bps)) {
             found.push((LimitReason::LossLimited, Some(m), e));
         }
         if !s.options.sack {

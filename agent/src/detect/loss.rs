@@ -81,6 +81,43 @@ pub fn limit(v: &Verdict, bottleneck_bps: f64) -> Option<(Mechanism, Value)> {
     Some((v.mechanism, e))
 }
 
+/// A connection's own losses: at least this many fell alone, ...
+const LONE_MIN: usize = 4;
+/// ... at least this share of those that could be told apart.
+const LONE_SHARE: f64 = 0.66;
+
+/// What a connection's losses show, with evidence and advice: a policer or a badly sized queue
+/// (`limit`), or random losses of its own path (a lossy member: most of them fell when no other
+/// connection to its remote lost, though some were sending, and not behind a queue). None when
+/// unclear or healthy: a connection alone on its path has nothing to be told apart from.
+pub fn connection(eps: &Episodes, cookie: u64, bottleneck_bps: f64) -> Option<(Mechanism, Value)> {
+    if let Some(v) = eps.verdict(cookie) {
+        return limit(&v, bottleneck_bps);
+    }
+    let (judged, alone) = eps.alone(cookie);
+    let queued = alone.iter().filter(|e| e.shape() == Shape::Queued).count();
+    let since = judged.first().map_or(u64::MAX, |e| e.at_ns);
+    let own = alone.len() >= LONE_MIN
+        && eps.peers(cookie, since) > 0
+        && alone.len() as f64 >= LONE_SHARE * judged.len() as f64
+        && queued as f64 <= QUEUED_AT_MOST * alone.len() as f64;
+    if !own {
+        return None;
+    }
+    let flights: Vec<u64> = alone.iter().map(|e| e.flight_bytes).collect();
+    let (lo, hi) = (flights.iter().min().copied().unwrap_or(0), flights.iter().max().copied().unwrap_or(0));
+    let base = alone.iter().map(|e| e.base_us).max().unwrap_or(0);
+    let e = json!({
+        "loss_episodes": judged.len(),
+        "alone": alone.len(),
+        "alone_queued_share": queued as f64 / alone.len() as f64,
+        "path_rtt_ms": ms(base),
+        "flight_at_loss_bytes": [lo, hi],
+        "advice": format!("{} of its {} loss episodes fell when no other connection to the same host lost, at the path's own RTT (no queue before them), with {lo} to {hi} bytes in flight: random loss on this connection's path, not congestion. Check the error counters of the links on its path (ip -s link, ethtool -S, the switches' interface counters); behind an ECMP or LAG bundle one member may be bad: a new source port rehashes the connection onto another. A congestion control that does not back off on random loss (BBR) keeps more of the rate meanwhile", alone.len(), judged.len()),
+    });
+    Some((Mechanism::LossyMember, e))
+}
+
 /// Episodes of two streams this close (in units of the path's RTT) are one loss event of a queue
 /// they share; a lane's random losses fall anywhere.
 const TOGETHER_RTT: f64 = 0.5;

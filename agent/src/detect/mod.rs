@@ -16,7 +16,7 @@ pub use pipeline::{analyze, Input, Pipeline};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Body, Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
+use crate::model::{Cause, ConnTable, Event, Finding, FindingKind, LimitReason, StopCause};
 
 /// `[detect]` section of the configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,11 +100,8 @@ impl Detectors {
         self.fairness.observe(ev, table);
         // A stream of a group has its losses judged with the group's (a shared queue, a lossy
         // member), not alone.
-        let loss = match ev.body {
-            Body::Snapshot(_) if !self.fairness.in_group(ev.conn.cookie) => self.episodes.verdict(ev.conn.cookie),
-            _ => None,
-        };
-        self.limits.observe(ev, loss.as_ref(), out);
+        let grouped = self.fairness.in_group(ev.conn.cookie);
+        self.limits.observe(ev, (!grouped).then_some(&self.episodes), out);
         self.explain(from, out);
     }
 

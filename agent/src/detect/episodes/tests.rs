@@ -128,3 +128,31 @@ fn the_recoveries_right_after_slow_start_do_not_hide_a_policer() {
     assert_eq!(v.mechanism, Mechanism::Policer, "{v:?}");
     assert!(v.flight_cv < 0.1, "{v:?}");
 }
+
+#[test]
+fn flat_losses_at_a_steady_flight_but_at_random_times_are_no_policer() {
+    // bbr under random loss keeps its flight whatever it loses: only the gaps tell it from a
+    // policer (exponential, not the steady pace of a window growing back into the bucket).
+    let mut e = series(39.0, &[0.9; 9], &[300, 305, 298, 302]);
+    for (x, t) in e.iter_mut().zip([0.0, 0.3, 2.9, 3.1, 3.2, 6.8, 7.0, 9.9, 10.1]) {
+        x.at_ns = (t * 1e9) as u64;
+    }
+    assert_eq!(judge(&e), None);
+}
+
+#[test]
+fn an_episode_is_alone_when_no_other_connection_lost_within_half_an_rtt() {
+    let mut d = Episodes::default();
+    let at = |c: u64, t_ms: u64| {
+        let x =
+            CaState { old: 0, new: 3, packets_out: 10, rack_rtt_us: 40_000, min_rtt_us: 40_000, ..Default::default() };
+        Event { ts_ns: t_ms * 1_000_000, conn: ConnId { cookie: c, ..id() }, body: Body::CaState(x) }
+    };
+    for (c, t) in [(1, 100), (1, 1_000), (2, 1_015), (1, 2_000), (2, 2_030), (1, 3_000)] {
+        d.observe(&at(c, t));
+    }
+    let (judged, alone) = d.alone(1);
+    // The first (slow start's) is not judged; at 2000 the other lost 30 ms later: more than 20 ms.
+    assert_eq!(judged.len(), 3);
+    assert_eq!(alone.iter().map(|e| e.at_ns / 1_000_000).collect::<Vec<_>>(), vec![2_000, 3_000]);
+}

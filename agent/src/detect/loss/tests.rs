@@ -52,8 +52,19 @@ fn id(cookie: u64) -> ConnId {
     }
 }
 
-/// Streams' entries into Recovery at (stream, time s, queueing ms) on a 100 ms path.
+/// Streams' entries into Recovery at (stream, time s, queueing ms) on a 100 ms path; every
+/// stream sends until 14 s.
 fn episodes(entries: &[(u64, f64, f64)]) -> Episodes {
+    let mut d = losses_only(entries);
+    for c in 0..4 {
+        let s = crate::detect::tests_support::sample(0);
+        d.observe(&Event { ts_ns: 14_000_000_000, conn: id(c), body: Body::Sample(s) });
+    }
+    d
+}
+
+/// As `episodes`, without the samples: no stream is seen sending.
+fn losses_only(entries: &[(u64, f64, f64)]) -> Episodes {
     let mut d = Episodes::default();
     for c in 0..4 {
         d.observe(&Event {
@@ -143,4 +154,26 @@ fn a_lossy_member_keeps_its_name_when_a_few_of_its_losses_fall_with_the_queues()
     e.sort_by(|a, b| a.1.total_cmp(&b.1));
     let (m, ev) = group(&episodes(&e), 3, &[0, 1, 2]).expect("a mechanism");
     assert_eq!(m, Mechanism::LossyMember, "{ev}");
+}
+
+#[test]
+fn a_connection_that_loses_alone_at_a_flat_rtt_is_named_a_lossy_member() {
+    // lab `parallel-4-lossy`'s lossy stream, seen alone (four processes: no group): its losses at
+    // the path's RTT at shrinking flights, two of them with the other connections' queue drops.
+    let mut e: Vec<(u64, f64, f64)> =
+        [0.78, 1.33, 1.44, 2.17, 2.58, 3.85, 4.37, 6.04, 8.15].iter().map(|&t| (3, t, 0.5)).collect();
+    e.extend([(3, 10.84, 19.5), (0, 10.81, 25.0), (3, 13.01, 25.0), (1, 12.98, 25.0)]);
+    e.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let d = episodes(&e);
+    let (m, ev) = connection(&d, 3, 0.0).expect("a mechanism");
+    assert_eq!(m, Mechanism::LossyMember, "{ev}");
+    assert_eq!((ev["alone"].clone(), ev["loss_episodes"].clone()), (9.into(), 11.into()));
+    assert!(ev["advice"].as_str().unwrap().contains("source port"), "{ev}");
+    // Its losses with the others' (a shared queue) are no path member's.
+    let with: Vec<(u64, f64, f64)> = e.iter().flat_map(|&(c, t, q)| [(c, t, q), (0, t + 0.01, 25.0)]).collect();
+    assert_eq!(connection(&episodes(&with), 3, 0.0), None);
+    // Alone on its path (no other connection to its host sending): nothing to tell it from, a
+    // shallow queue's losses look the same.
+    let mine: Vec<(u64, f64, f64)> = e.iter().copied().filter(|x| x.0 == 3).collect();
+    assert_eq!(connection(&losses_only(&mine), 3, 0.0), None);
 }
