@@ -79,16 +79,24 @@ impl LimitsDetector {
 
     /// One event; `loss`: the loss episodes, when the connection's are judged alone (not in a group).
     pub fn observe(&mut self, ev: &Event, loss: Option<&Episodes>, out: &mut Vec<Finding>) {
-        let s = match &ev.body {
-            Body::Snapshot(s) => s,
-            Body::Close(_) => {
-                self.conns.remove(&ev.conn.cookie);
-                self.peers.remove(ev.conn.cookie);
-                return;
-            }
+        self.judge(ev, loss, out);
+        if let Body::Close(_) = ev.body {
+            self.conns.remove(&ev.conn.cookie);
+            self.peers.remove(ev.conn.cookie);
+        }
+    }
+
+    fn judge(&mut self, ev: &Event, loss: Option<&Episodes>, out: &mut Vec<Finding>) {
+        let (s, closing) = match &ev.body {
+            Body::Snapshot(s) => (s, false),
+            // The last look: the losses since the last snapshot are judged with it (the buffers
+            // and options of a closing socket say nothing new).
+            Body::Close(s) => (s, true),
             _ => return,
         };
-        self.peers.update(ev.conn.cookie, &ev.conn.tuple, s);
+        if !closing {
+            self.peers.update(ev.conn.cookie, &ev.conn.tuple, s);
+        }
         let cfg = &self.cfg;
         let c = self.conns.entry(ev.conn.cookie).or_default();
         c.max_rate_bps = c.max_rate_bps.max(s.delivery_rate_bps());
@@ -138,7 +146,8 @@ impl LimitsDetector {
         // then the peak delivery per RTT equals the window, which is the same diagnosis.
         let window_use = if s.snd_wnd > 0 { bdp / s.snd_wnd as f64 } else { 0.0 };
         let window_bound = window_use >= WINDOW_BOUND && rwnd / busy.max(1e-9) >= cfg.limited_fraction / 3.0;
-        if s.snd_wnd > 0 && busy >= cfg.min_busy_s && (rwnd / busy >= cfg.limited_fraction || window_bound) {
+        if !closing && s.snd_wnd > 0 && busy >= cfg.min_busy_s && (rwnd / busy >= cfg.limited_fraction || window_bound)
+        {
             let peer = self.peers.peer(&ev.conn.tuple);
             let k = receive_knob(peer, c.max_snd_wnd, suggest, cfg.bdp_factor, bdp, window_use >= WINDOW_BOUND);
             let mut e = json!({"limited_fraction": rwnd / busy, "window_use": window_use, "snd_wnd": s.snd_wnd});
@@ -146,7 +155,7 @@ impl LimitsDetector {
             e["advice"] = k.advice.into();
             found.push((LimitReason::RwndLimited, k.mechanism, e));
         }
-        if busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
+        if !closing && busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
             let k = send_knob(&SockBuffers::of(ev.conn.cookie, s), suggest, cfg.bdp_factor, bdp, true);
             let mut e = json!({"limited_fraction": sndbuf / busy});
             merge(&mut e, &k.evidence);
@@ -159,14 +168,16 @@ impl LimitsDetector {
         if let Some((m, e)) = judged.and_then(|l| super::loss::connection(l, ev.conn.cookie, c.max_rate_bps)) {
             found.push((LimitReason::LossLimited, Some(m), e));
         }
-        if !s.options.sack {
-            found.push((LimitReason::NoSack, None, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
-        }
-        if !s.options.wscale {
-            found.push((LimitReason::NoWscale, None, json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
-        }
-        if s.mss > 0 && s.mss < cfg.small_mss {
-            found.push((LimitReason::SmallMss, None, json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
+        if !closing {
+            if !s.options.sack {
+                found.push((LimitReason::NoSack, None, json!({"advice": "SACK was not negotiated: several losses in one window are repaired one per RTT or by timeout; enable net.ipv4.tcp_sack on both ends"})));
+            }
+            if !s.options.wscale {
+                found.push((LimitReason::NoWscale, None, json!({"advice": "window scaling was not negotiated: the window cannot exceed 64 KiB; enable net.ipv4.tcp_window_scaling on both ends"})));
+            }
+            if s.mss > 0 && s.mss < cfg.small_mss {
+                found.push((LimitReason::SmallMss, None, json!({"advice": format!("MSS {} bytes: per-packet costs dominate on a fast path; check the path MTU and MSS clamping", s.mss)})));
+            }
         }
         for (cause, mechanism, extra) in found {
             // Once per reason; again when the knob becomes known (the receiver's socket was seen
@@ -377,5 +388,44 @@ mod tests {
         let out = run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, 0, false)).collect());
         assert_eq!(out.iter().map(|f| f.cause.as_str()).collect::<Vec<_>>(), vec!["no_sack"]);
         assert!(run((0..6).map(|i| snap(i * 10_000_000, i * 1_000_000, 0, true)).collect()).is_empty());
+    }
+
+    #[test]
+    fn losses_judged_after_the_last_snapshot_are_reported_when_the_connection_closes() {
+        let id = ConnId {
+            cookie: 3,
+            netns: 1,
+            tuple: Tuple { local: "10.0.0.1:1".parse().unwrap(), remote: "10.0.0.2:2".parse().unwrap() },
+        };
+        let mut eps = Episodes::default();
+        let mut d = LimitsDetector::new(LimitsConfig::default());
+        let mut out = vec![];
+        let at = |t: u64, body| Event { ts_ns: t, conn: id, body };
+        for i in 0..6 {
+            let ev = at((i + 1) * 1_000_000_000, Body::Snapshot(snap(i * 10_000_000, i * 1_000_000, 0, true)));
+            eps.observe(&ev);
+            d.observe(&ev, Some(&eps), &mut out);
+        }
+        // A policer's episodes (flat RTT, ~45 segments out, one every 0.5 s), after the last snapshot.
+        for k in 0..6 {
+            let x = crate::model::CaState {
+                old: 0,
+                new: 3,
+                packets_out: 45,
+                rack_rtt_us: 100_500,
+                min_rtt_us: 100_000,
+                ..Default::default()
+            };
+            eps.observe(&at(6_100_000_000 + k * 500_000_000, Body::CaState(x)));
+        }
+        assert!(out.is_empty(), "{out:?}");
+        let close = at(9_500_000_000, Body::Close(snap(60_000_000, 6_000_000, 0, true)));
+        d.observe(&close, Some(&eps), &mut out);
+        assert_eq!(
+            out.iter().map(|f| (f.cause.as_str(), f.mechanism)).collect::<Vec<_>>(),
+            vec![("loss_limited", Some(Mechanism::Policer))]
+        );
+        // A closed connection is forgotten.
+        assert!(d.conns.is_empty());
     }
 }

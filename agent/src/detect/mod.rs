@@ -96,12 +96,19 @@ impl Detectors {
         let from = out.len();
         self.stop.observe(ev, out);
         self.path.fold(table, out, from);
-        self.episodes.observe(ev);
-        self.fairness.observe(ev, table);
+        // A closing connection's episodes are judged once more before they go.
+        let closing = matches!(ev.body, crate::model::Body::Close(_));
+        if !closing {
+            self.episodes.observe(ev);
+        }
         // A stream of a group has its losses judged with the group's (a shared queue, a lossy
-        // member), not alone.
+        // member), not alone (asked before a close makes the fairness detector forget it).
         let grouped = self.fairness.in_group(ev.conn.cookie);
+        self.fairness.observe(ev, table);
         self.limits.observe(ev, (!grouped).then_some(&self.episodes), out);
+        if closing {
+            self.episodes.observe(ev);
+        }
         self.explain(from, out);
     }
 
