@@ -47,6 +47,9 @@ struct Conn {
     min_rtt_us: u32,
     /// The largest window the peer advertised.
     max_snd_wnd: u32,
+    /// Snapshots while bulk, and those that found the send buffer holding the sender back.
+    looks: u32,
+    buffer_bound: u32,
     /// Each reported reason with the mechanism it named: reported again once the mechanism is known.
     reported: HashMap<LimitReason, Option<Mechanism>>,
 }
@@ -65,6 +68,18 @@ fn merge(into: &mut serde_json::Value, from: &serde_json::Value) {
     if let (Some(e), Some(x)) = (into.as_object_mut(), from.as_object()) {
         e.extend(x.clone());
     }
+}
+
+/// The send buffer holds the sender back: nothing waits unsent, the flight is well below cwnd (not
+/// the network's limit) and the buffer is mostly full of data in flight (the application wrote
+/// all it could; a slow writer leaves it emptier).
+fn send_buffer_bound(s: &Snap) -> bool {
+    s.mss > 0
+        && s.unsent < s.mss
+        && s.packets_out > 0
+        && u64::from(s.packets_out) * 10 < u64::from(s.cwnd) * 8
+        && u64::from(s.write_queue) * 2 >= u64::from(s.sndbuf)
+        && s.snd_wnd > s.write_queue
 }
 
 fn round_up_mib(bytes: f64) -> u64 {
@@ -126,6 +141,11 @@ impl LimitsDetector {
         let busy = s.busy_us.saturating_sub(s0.busy_us) as f64 / 1e6;
         let rwnd = s.rwnd_limited_us.saturating_sub(s0.rwnd_limited_us) as f64 / 1e6;
         let sndbuf = s.sndbuf_limited_us.saturating_sub(s0.sndbuf_limited_us) as f64 / 1e6;
+        if !closing {
+            c.looks += 1;
+            c.buffer_bound += u32::from(send_buffer_bound(s));
+        }
+        let bound_share = f64::from(c.buffer_bound) / f64::from(c.looks.max(1));
         let efficiency = if c.max_rate_bps > 0.0 { goodput / c.max_rate_bps } else { 0.0 };
         let suggest = round_up_mib(cfg.bdp_factor * bdp);
         let base = json!({
@@ -155,9 +175,13 @@ impl LimitsDetector {
             e["advice"] = k.advice.into();
             found.push((LimitReason::RwndLimited, k.mechanism, e));
         }
-        if !closing && busy >= cfg.min_busy_s && sndbuf / busy >= cfg.limited_fraction {
-            let k = send_knob(&SockBuffers::of(ev.conn.cookie, s), suggest, cfg.bdp_factor, bdp, true);
-            let mut e = json!({"limited_fraction": sndbuf / busy});
+        // The kernel's sndbuf-limited time stays 0 for a sender blocked on a full buffer whose
+        // data all went out (nothing unsent): then the snapshots tell, when they name the knob.
+        let sndbuf_knob = send_knob(&SockBuffers::of(ev.conn.cookie, s), suggest, cfg.bdp_factor, bdp, true);
+        let bound = sndbuf_knob.mechanism.is_some() && c.looks >= 3 && bound_share >= cfg.limited_fraction;
+        if !closing && busy >= cfg.min_busy_s && (sndbuf / busy >= cfg.limited_fraction || bound) {
+            let k = sndbuf_knob;
+            let mut e = json!({"limited_fraction": sndbuf / busy, "buffer_bound_share": bound_share});
             merge(&mut e, &k.evidence);
             e["advice"] = k.advice.into();
             found.push((LimitReason::SndbufLimited, k.mechanism, e));
@@ -427,5 +451,31 @@ mod tests {
         );
         // A closed connection is forgotten.
         assert!(d.conns.is_empty());
+    }
+
+    #[test]
+    fn a_sender_whose_locked_buffer_is_all_in_flight_below_cwnd_is_sndbuf_limited() {
+        // lab `sndbuf-app`: SO_SNDBUF 64 KiB (131072), cwnd 291, 166 out, 239 kB in the write
+        // queue, nothing unsent; the kernel's sndbuf-limited time stays 0.
+        let bound = |i: u64, locked: bool| Snap {
+            cwnd: 291,
+            packets_out: 166,
+            write_queue: 239_144,
+            unsent: 0,
+            sndbuf: 131_072,
+            sndbuf_locked: locked,
+            wmem_max: 4 << 20,
+            ..snap(i * 10_000_000, i * 1_000_000, 0, true)
+        };
+        let out = run((0..6).map(|i| bound(i, true)).collect());
+        assert_eq!(
+            out.iter().map(|f| (f.cause.as_str(), f.mechanism)).collect::<Vec<_>>(),
+            vec![("sndbuf_limited", Some(Mechanism::Application))]
+        );
+        // Not locked and below the ceiling: no knob to name, nothing said from the snapshots.
+        assert!(run((0..6).map(|i| bound(i, false)).collect()).is_empty());
+        // cwnd full: the network's limit.
+        let full = |i: u64| Snap { packets_out: 290, ..bound(i, true) };
+        assert!(run((0..6).map(full).collect()).is_empty());
     }
 }
