@@ -35,8 +35,9 @@ const STEADY_GAP_CV: f64 = 0.5;
 /// Episodes of all connections kept to tell whether one fell alone (bounded: on a busy host the
 /// oldest are forgotten, and an episode older than all of them is not judged alone).
 const RECENT_KEPT: usize = 4096;
-/// Another connection's episode this close (in the path's RTTs) and it did not fall alone.
-const TOGETHER_RTT: f64 = 0.5;
+/// Another connection's episode this close (in the path's RTTs) and it did not fall alone: one
+/// loss event of a queue they share, where a lane's random losses fall anywhere.
+pub const TOGETHER_RTT: f64 = 0.5;
 
 /// One entry into Recovery.
 #[derive(Debug, Clone, PartialEq)]

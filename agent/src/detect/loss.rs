@@ -4,7 +4,7 @@
 //! evidence and the advice that follows from it.
 use serde_json::{json, Value};
 
-use super::episodes::{Episode, Episodes, Shape, Verdict};
+use super::episodes::{Episode, Episodes, Shape, Verdict, TOGETHER_RTT};
 use crate::model::Mechanism;
 
 /// A queue below this share of the path's BDP starves the sender (the rule of thumb is one BDP)...
@@ -118,9 +118,6 @@ pub fn connection(eps: &Episodes, cookie: u64, bottleneck_bps: f64) -> Option<(M
     Some((Mechanism::LossyMember, e))
 }
 
-/// Episodes of two streams this close (in units of the path's RTT) are one loss event of a queue
-/// they share; a lane's random losses fall anywhere.
-const TOGETHER_RTT: f64 = 0.5;
 /// The slow stream's episodes a group verdict needs.
 const GROUP_MIN: usize = 4;
 /// At most this share of the slow stream's episodes may coincide with another stream's for its
