@@ -70,14 +70,14 @@ fn merge(into: &mut serde_json::Value, from: &serde_json::Value) {
     }
 }
 
-/// The send buffer holds the sender back: nothing waits unsent, the flight is well below cwnd (not
-/// the network's limit) and the buffer is mostly full of data in flight (the application wrote
-/// all it could; a slow writer leaves it emptier).
+/// The send buffer holds the sender back: nothing waits unsent though the buffer is at least half
+/// full of data in flight (the application wrote all the buffer takes and the network took it
+/// all; a slow writer leaves the buffer emptier, a cwnd-limited sender keeps data unsent), and
+/// the receiver's window is not what stops it.
 fn send_buffer_bound(s: &Snap) -> bool {
     s.mss > 0
         && s.unsent < s.mss
         && s.packets_out > 0
-        && u64::from(s.packets_out) * 10 < u64::from(s.cwnd) * 8
         && u64::from(s.write_queue) * 2 >= u64::from(s.sndbuf)
         && s.snd_wnd > s.write_queue
 }
@@ -474,8 +474,8 @@ mod tests {
         );
         // Not locked and below the ceiling: no knob to name, nothing said from the snapshots.
         assert!(run((0..6).map(|i| bound(i, false)).collect()).is_empty());
-        // cwnd full: the network's limit.
-        let full = |i: u64| Snap { packets_out: 290, ..bound(i, true) };
-        assert!(run((0..6).map(full).collect()).is_empty());
+        // Data waiting unsent: the network's limit (cwnd), not the buffer's.
+        let waiting = |i: u64| Snap { unsent: 20_000, ..bound(i, true) };
+        assert!(run((0..6).map(waiting).collect()).is_empty());
     }
 }
