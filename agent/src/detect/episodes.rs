@@ -231,8 +231,13 @@ impl Episodes {
         self.conns.get(&cookie).into_iter().flat_map(|c| c.eps.iter())
     }
 
+    /// Connections tracked.
     pub fn len(&self) -> usize {
         self.conns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
     }
 
     /// Of the connection's kept episodes after its first, those the other connections' can be
