@@ -28,9 +28,10 @@ const AGREE: f64 = 0.75;
 /// A policer lets through about the same burst each time: the flights where its losses began
 /// vary by at most this robust coefficient of variation (random loss strikes at any flight).
 const STEADY_FLIGHT_CV: f64 = 0.25;
-/// ... and it drops again once the window has grown back: its episodes come at a steady pace,
-/// where random loss strikes at random times (exponential gaps: a robust CV near 0.9), also for
-/// a sender that keeps its flight steady whatever it loses (BBR).
+/// A sender that keeps its flight steady whatever it loses (BBR) needs more: its episodes at a
+/// steady pace, where random loss strikes at random times (exponential gaps: a robust CV near
+/// 0.9). A loss-based sender's halving makes random loss's flights vary already (the gaps of
+/// cubic through the lab's policer were irregular: robust CV 0.77).
 const STEADY_GAP_CV: f64 = 0.5;
 /// Episodes of all connections kept to tell whether one fell alone (bounded: on a busy host the
 /// oldest are forgotten, and an episode older than all of them is not judged alone).
@@ -54,6 +55,9 @@ pub struct Episode {
     pub rate_bps: f64,
     /// The connection's first loss (the end of slow start: its flight says nothing of a policer).
     pub first: bool,
+    /// The sender's congestion control keeps its flight whatever it loses (BBR): a steady flight
+    /// then says nothing of a policer.
+    pub steady_sender: bool,
 }
 
 impl Episode {
@@ -127,6 +131,7 @@ struct Conn {
     /// The last samples' delivery rates (time, bytes/s), for the rate before an episode.
     rates: VecDeque<(u64, f64)>,
     remote: Option<IpAddr>,
+    steady_sender: bool,
     /// The last sample: the connection was sending then.
     active_ns: u64,
 }
@@ -175,6 +180,7 @@ impl Episodes {
             }
             Body::Snapshot(s) => {
                 let c = self.conns.entry(cookie).or_default();
+                c.steady_sender = s.cc.starts_with("bbr");
                 c.mss = s.mss;
                 if s.min_rtt_us > 0 {
                     c.min_rtt_us = s.min_rtt_us;
@@ -198,6 +204,7 @@ impl Episodes {
                     flight_bytes: u64::from(x.packets_out) * u64::from(c.mss.max(1)),
                     rate_bps: rate,
                     first: c.count == 0,
+                    steady_sender: c.steady_sender,
                 };
                 c.count += 1;
                 c.eps.push_back(e);
@@ -311,7 +318,7 @@ pub fn verdict(eps: &[&Episode]) -> Option<Verdict> {
         && flights.len() >= MIN_FLAT - 1
         && share(Shape::Flat) >= AGREE
         && cv <= STEADY_FLIGHT_CV
-        && coefficient_of_variation(&gaps) <= STEADY_GAP_CV
+        && (!measured.iter().any(|e| e.steady_sender) || coefficient_of_variation(&gaps) <= STEADY_GAP_CV)
     {
         return Some(v(Mechanism::Policer));
     }

@@ -11,6 +11,7 @@ fn ep(at_s: f64, base_ms: f64, queueing_ms: f64, flight: u64) -> Episode {
         flight_bytes: flight,
         rate_bps: 2.5e6,
         first: false,
+        steady_sender: false,
     }
 }
 
@@ -136,6 +137,10 @@ fn flat_losses_at_a_steady_flight_but_at_random_times_are_no_policer() {
     let mut e = series(39.0, &[0.9; 9], &[300, 305, 298, 302]);
     for (x, t) in e.iter_mut().zip([0.0, 0.3, 2.9, 3.1, 3.2, 6.8, 7.0, 9.9, 10.1]) {
         x.at_ns = (t * 1e9) as u64;
+    }
+    assert_eq!(judge(&e), Some(Mechanism::Policer), "a loss-based sender's steady flight suffices");
+    for x in e.iter_mut() {
+        x.steady_sender = true;
     }
     assert_eq!(judge(&e), None);
 }

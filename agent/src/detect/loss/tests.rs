@@ -84,10 +84,12 @@ fn losses_only(entries: &[(u64, f64, f64)]) -> Episodes {
         d.observe(&Event { ts_ns: 500_000_000, conn: id(c), body: Body::CaState(x) });
     }
     for &(c, t, q) in entries {
+        // Random losses strike at any flight.
+        let packets_out = 30 + ((t * 1e3) as u32).wrapping_mul(7919) % 300;
         let x = CaState {
             old: 0,
             new: 3,
-            packets_out: 300,
+            packets_out,
             rack_rtt_us: 100_000 + (q * 1e3) as u32,
             min_rtt_us: 100_000,
             ..Default::default()
