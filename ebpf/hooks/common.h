@@ -172,6 +172,7 @@ enum tv_opt_bits _tv_opt_bits = TV_OPT_SACK;
 enum tv_sample_flags _tv_sample_flags = TV_SF_SELECTED;
 enum tv_drain_bits _tv_drain_bits = TV_DRAIN_UNSENT;
 enum tv_match _tv_match = TV_M_COOKIE;
+enum tv_lock_bits _tv_lock_bits = TV_LOCK_SNDBUF;
 
 static __always_inline void tv_count(__u32 which)
 {

@@ -62,6 +62,23 @@ static __always_inline __u8 tv_read_sack_option(const unsigned char *opt, __u32 
 	return n;
 }
 
+/* Which knob holds the buffers. sk_userlocks was a 4-bit field beside sk_padding until 5.14 (a
+ * whole u8 since): the probed bitfield read fits both. The autotuning ceilings are per network
+ * namespace since 4.15 (net->ipv4.sysctl_tcp_rmem/wmem); before, global sysctls: 0, unknown. */
+static __always_inline void tv_fill_buffer_knobs(struct tv_snap *s, struct sock *sk)
+{
+	s->userlocks = BPF_CORE_READ_BITFIELD_PROBED(sk, sk_userlocks) & (TV_LOCK_SNDBUF | TV_LOCK_RCVBUF);
+	struct net *net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
+	int rmem[3] = {}, wmem[3] = {};
+	if (net && bpf_core_field_exists(net->ipv4.sysctl_tcp_rmem)) {
+		BPF_CORE_READ_INTO(&rmem, net, ipv4.sysctl_tcp_rmem);
+		BPF_CORE_READ_INTO(&wmem, net, ipv4.sysctl_tcp_wmem);
+	}
+	s->rmem_max = rmem[2] > 0 ? rmem[2] : 0;
+	s->wmem_max = wmem[2] > 0 ? wmem[2] : 0;
+	__builtin_memset(s->_pad2, 0, sizeof(s->_pad2));
+}
+
 static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp, struct tv_sk *st)
 {
 	struct sock *sk = (struct sock *)tp;
@@ -114,6 +131,7 @@ static __always_inline void tv_fill_snap(struct tv_snap *s, struct tcp_sock *tp,
 	s->recv_queue = tp->rcv_nxt - tp->copied_seq;
 	s->sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
 	s->rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	tv_fill_buffer_knobs(s, sk);
 	s->delivered = tp->delivered;
 	s->total_retrans = tp->total_retrans;
 	s->rate_delivered = tp->rate_delivered;

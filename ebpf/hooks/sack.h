@@ -163,6 +163,10 @@ static __always_inline void tv_emit_ca(struct sock *sk, struct tcp_sock *tp, __u
 	e->lost_out = tp->lost_out;
 	e->sacked_out = tp->sacked_out;
 	e->retrans_out = tp->retrans_out;
+	e->srtt_us = tp->srtt_us >> 3;
+	e->rack_rtt_us = tp->rack.rtt_us;
+	e->min_rtt_us = tp->rtt_min.s[0].v;
+	e->_pad2 = 0;
 	tv_submit(e);
 	tv_count(TV_ST_EVENTS);
 }

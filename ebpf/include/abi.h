@@ -3,7 +3,7 @@
 #define TCPVIGIL_ABI_H
 
 /* Bumped whenever a struct below changes shape; userspace refuses a mismatch. */
-enum tv_abi { TV_ABI_VERSION = 4 };
+enum tv_abi { TV_ABI_VERSION = 5 };
 #define TV_MAX_SACK 4
 #define TV_COMM_LEN 16
 #define TV_CC_LEN 16
@@ -165,6 +165,13 @@ struct tv_ca_state {
 	__u32 lost_out;
 	__u32 sacked_out;
 	__u32 retrans_out;
+	/* The RTT where the episode began: srtt, the RTT of the last packet (s)acknowledged (RACK's
+	 * rack.rtt_us: at an entry into Recovery, a packet sent right after the loss, so the queue it
+	 * waited in) and the windowed minimum. A policer drops at the path's RTT, a full queue after it. */
+	__u32 srtt_us;
+	__u32 rack_rtt_us;
+	__u32 min_rtt_us;
+	__u32 _pad2;
 };
 
 struct tv_rto {
@@ -249,6 +256,19 @@ struct tv_snap {
 	__u32 tgid;
 	__u32 uid;
 	char comm[TV_COMM_LEN];
+	/* Which knob holds the buffers: the ceilings autotuning stops at in the socket's network
+	 * namespace (net.ipv4.tcp_rmem / tcp_wmem maximum, 4.15+; 0 unknown), and the buffers the
+	 * application fixed with setsockopt (sk_userlocks: TV_LOCK_*; autotuning is off for them). */
+	__u32 rmem_max;
+	__u32 wmem_max;
+	__u8 userlocks;
+	__u8 _pad2[7];
+};
+
+/* Bits of tv_snap.userlocks (the kernel's SOCK_SNDBUF_LOCK / SOCK_RCVBUF_LOCK). */
+enum tv_lock_bits {
+	TV_LOCK_SNDBUF = 0x01,
+	TV_LOCK_RCVBUF = 0x02,
 };
 
 /* Which connections get per-ACK samples, written by userspace. A field is

@@ -1,7 +1,7 @@
 //! The ABI structs generated from ebpf/include/abi.h, made readable from raw bytes.
 pub use super::skel::types::{
-    tv_abi, tv_ca_state, tv_config, tv_filter, tv_hdr, tv_kind, tv_match, tv_opt_bits, tv_owner, tv_retrans, tv_rto,
-    tv_sample, tv_sample_flags, tv_sample_src, tv_snap, tv_stat, tv_state, tv_tuple,
+    tv_abi, tv_ca_state, tv_config, tv_filter, tv_hdr, tv_kind, tv_lock_bits, tv_match, tv_opt_bits, tv_owner,
+    tv_retrans, tv_rto, tv_sample, tv_sample_flags, tv_sample_src, tv_snap, tv_stat, tv_state, tv_tuple,
 };
 
 // SAFETY: these are #[repr(C)] structs of plain integers and integer arrays generated
@@ -52,12 +52,12 @@ mod tests {
         assert_eq!(size_of::<tv_hdr>(), 64);
         assert_eq!(size_of::<tv_sample>(), 192);
         assert_eq!(size_of::<tv_retrans>(), 120);
-        assert_eq!(size_of::<tv_ca_state>(), 104);
+        assert_eq!(size_of::<tv_ca_state>(), 120);
         assert_eq!(size_of::<tv_rto>(), 96);
         assert_eq!(size_of::<tv_state>(), 72);
         assert_eq!(size_of::<tv_owner>(), 96);
         assert_eq!(size_of::<tv_snap>() % 8, 0);
-        assert_eq!(ABI_VERSION, 4);
+        assert_eq!(ABI_VERSION, 5);
     }
 
     /// The #defines of abi.h that BTF does not carry.

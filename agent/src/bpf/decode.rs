@@ -97,6 +97,9 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 lost_out: e.lost_out,
                 sacked_out: e.sacked_out,
                 retrans_out: e.retrans_out,
+                srtt_us: e.srtt_us,
+                rack_rtt_us: e.rack_rtt_us,
+                min_rtt_us: e.min_rtt_us,
             })
         }
         tv_kind::TV_K_RTO => {
@@ -229,6 +232,10 @@ fn snap(s: &tv_snap) -> Snap {
         recv_queue: s.recv_queue,
         sndbuf: s.sndbuf,
         rcvbuf: s.rcvbuf,
+        rcvbuf_locked: u32::from(s.userlocks) & tv_lock_bits::TV_LOCK_RCVBUF.0 != 0,
+        sndbuf_locked: u32::from(s.userlocks) & tv_lock_bits::TV_LOCK_SNDBUF.0 != 0,
+        rmem_max: s.rmem_max,
+        wmem_max: s.wmem_max,
         delivered: s.delivered,
         total_retrans: s.total_retrans,
         rate_delivered: s.rate_delivered,
@@ -318,6 +325,21 @@ mod tests {
             Body::LostRetrans(x) => assert_eq!(x.mtu_probing, Some(0)),
             other => panic!("not a lost retransmission: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_snapshot_says_which_buffers_the_application_locked_and_the_namespace_ceilings() {
+        let mut s = tv_snap { h: hdr(tv_kind::TV_K_SNAPSHOT, std::mem::size_of::<tv_snap>()), ..Default::default() };
+        s.rcvbuf = 131_072;
+        s.userlocks = tv_lock_bits::TV_LOCK_RCVBUF.0 as u8;
+        s.rmem_max = 6_291_456;
+        s.wmem_max = 4_194_304;
+        let Body::Snapshot(x) = decode(as_bytes(&s)).unwrap().body else { panic!("not a snapshot") };
+        assert!(x.rcvbuf_locked && !x.sndbuf_locked);
+        assert_eq!((x.rcvbuf, x.rmem_max, x.wmem_max), (131_072, 6_291_456, 4_194_304));
+        s.userlocks = tv_lock_bits::TV_LOCK_SNDBUF.0 as u8;
+        let Body::Snapshot(x) = decode(as_bytes(&s)).unwrap().body else { panic!("not a snapshot") };
+        assert!(!x.rcvbuf_locked && x.sndbuf_locked);
     }
 
     #[test]

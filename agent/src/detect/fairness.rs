@@ -7,10 +7,12 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::episodes::Episodes;
+use super::loss;
 use super::phase::{self, StreamRounds};
 use super::DetectConfigError;
 use crate::model::units::jain;
-use crate::model::{Body, Cause, ConnEntry, ConnId, ConnTable, Event, Finding, PathTag};
+use crate::model::{Body, Cause, ConnEntry, ConnId, ConnTable, Event, Finding, Mechanism, PathTag};
 
 /// What two streams must share to belong to one transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,8 +146,8 @@ struct GroupState {
     /// The slowest stream at the last evaluation (named when the group ends with its streams).
     slowest: Option<ConnId>,
     /// While the group is reported, the evidence of its last evaluation (streams, shares, index),
-    /// carried by the finding that ends it when its streams close.
-    last_evidence: Option<serde_json::Value>,
+    /// carried by the finding that ends it when its streams close, with its mechanism.
+    last_evidence: Option<(serde_json::Value, Option<Mechanism>)>,
 }
 
 /// Round starts kept per stream: the last 64 cycles of the send phase and some slack.
@@ -165,6 +167,8 @@ pub struct FairnessDetector {
     /// Streams in a group of two or more at the last evaluation, and whether that changed.
     members: HashSet<u64>,
     members_changed: bool,
+    /// Streams that were members once: their losses are judged with their group's.
+    grouped: HashSet<u64>,
 }
 
 impl FairnessDetector {
@@ -178,6 +182,7 @@ impl FairnessDetector {
             losses: HashMap::new(),
             members: HashSet::new(),
             members_changed: false,
+            grouped: HashSet::new(),
         }
     }
 
@@ -192,6 +197,11 @@ impl FairnessDetector {
     pub fn phase_members(&mut self) -> Option<HashSet<u64>> {
         let on = self.cfg.phase_min_rtt_ms > 0.0;
         std::mem::take(&mut self.members_changed).then(|| if on { self.members.clone() } else { HashSet::new() })
+    }
+
+    /// Whether the stream was ever in a group of two or more (until it closes).
+    pub fn in_group(&self, cookie: u64) -> bool {
+        self.grouped.contains(&cookie)
     }
 
     /// The shortest srtt (µs) whose rounds are reported.
@@ -228,6 +238,7 @@ impl FairnessDetector {
                 self.hist.remove(&ev.conn.cookie);
                 self.rounds.remove(&ev.conn.cookie);
                 self.losses.remove(&ev.conn.cookie);
+                self.grouped.remove(&ev.conn.cookie);
                 return;
             }
             _ => return,
@@ -255,7 +266,7 @@ impl FairnessDetector {
         (now > t0).then(|| (a1 - a0.min(a1)) as f64 / ((now - t0) as f64 / 1e9))
     }
 
-    pub fn tick(&mut self, now: u64, table: &ConnTable, out: &mut Vec<Finding>) {
+    pub fn tick(&mut self, now: u64, table: &ConnTable, episodes: &Episodes, out: &mut Vec<Finding>) {
         if now < self.last_eval + 500_000_000 {
             return;
         }
@@ -276,6 +287,7 @@ impl FairnessDetector {
         let members: HashSet<u64> =
             groups.values().filter(|s| s.len() >= 2).flat_map(|s| s.iter().map(|x| x.0.cookie)).collect();
         if members != self.members {
+            self.grouped.extend(members.iter().copied());
             self.members = members;
             self.members_changed = true;
         }
@@ -307,7 +319,12 @@ impl FairnessDetector {
                 }
             }
             let unfair = j < self.cfg.jain_below || ratio < self.cfg.ratio_below;
-            let remedy = format!("start the {n} streams RTT/{n} apart (every stream then held an equal share in \"Fairness analysis of parallel TCP streams on long fat networks\", Sugawara, Inaba and Hiraki), or pace each stream to 1/{n} of the path (fq maxrate); a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)", n = streams.len());
+            let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
+            let others: Vec<u64> =
+                streams.iter().map(|s| s.0.cookie).filter(|c| Some(*c) != slowest.map(|s| s.cookie)).collect();
+            let losses = slowest.and_then(|s| loss::group(episodes, s.cookie, &others));
+            let mechanism = losses.as_ref().map(|l| l.0);
+            let remedy = remedy(mechanism, streams.len());
             let evidence = |st: &GroupState| {
                 let first = st.behind_since.iter().min_by_key(|(_, t)| **t).map(|(c, t)| (*c, *t));
                 json!({
@@ -321,10 +338,10 @@ impl FairnessDetector {
                     })).collect::<Vec<_>>(),
                     "fell_behind_first": first.map(|(c, t)| json!({"cookie": c, "since_ns": t})),
                     "send_phase": send_phase(&self.rounds, &self.losses, &streams, now),
+                    "losses": losses.as_ref().map(|l| &l.1),
                     "remedy": remedy,
                 })
             };
-            let slowest = streams.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|s| s.0);
             st.slowest = slowest;
             if unfair {
                 st.fair_since = None;
@@ -340,7 +357,7 @@ impl FairnessDetector {
                         ongoing: true,
                         cause: Cause::UnfairStreams,
                         owner: None,
-                        mechanism: None,
+                        mechanism,
                         evidence: evidence(st),
                         path: PathTag::default(),
                     });
@@ -360,7 +377,7 @@ impl FairnessDetector {
                             ongoing: false,
                             cause: Cause::UnfairStreams,
                             owner: None,
-                            mechanism: None,
+                            mechanism,
                             evidence: evidence(st),
                             path: PathTag::default(),
                         });
@@ -368,7 +385,7 @@ impl FairnessDetector {
                 }
             }
             // Kept only while reported: the end report of a group whose streams close carries it.
-            st.last_evidence = st.reported.map(|_| evidence(st));
+            st.last_evidence = st.reported.map(|_| (evidence(st), mechanism));
         }
         // A group with fewer than two streams left (the transfer finished or was stopped) is
         // over: an unfair report ends with it, and its state goes.
@@ -386,10 +403,10 @@ impl FairnessDetector {
                     ongoing: false,
                     cause: Cause::UnfairStreams,
                     owner: None,
-                    mechanism: None,
+                    mechanism: st.last_evidence.as_ref().and_then(|l| l.1),
                     path: PathTag::default(),
                     evidence: {
-                        let mut e = st.last_evidence.take().unwrap_or_else(|| json!({}));
+                        let mut e = st.last_evidence.take().map_or_else(|| json!({}), |l| l.0);
                         e["ended"] = json!("streams_closed");
                         e["streams_left"] = json!(live.get(key).copied().unwrap_or(0));
                         e
@@ -398,6 +415,16 @@ impl FairnessDetector {
             }
             false
         });
+    }
+}
+
+/// What to do about an unfair group: it follows from what its slowest stream's losses show.
+fn remedy(mechanism: Option<Mechanism>, n: usize) -> String {
+    let shared = format!("start the {n} streams RTT/{n} apart (staggered starts keep one stream from always sending last into the full queue; every stream then held an equal share in \"Fairness analysis of parallel TCP streams on long fat networks\"), or pace each stream to 1/{n} of the path (tc qdisc fq maxrate)");
+    match mechanism {
+        Some(Mechanism::LossyMember) => "the slowest stream loses alone, its losses uncorrelated with the other streams' and with no queueing delay before them: its path member (an ECMP or LAG link, a lane) drops packets. Check that link's error counters (ip -s link, ethtool -S, the switch's interface counters) and take it out of the bundle; meanwhile a new source port rehashes the stream onto another member. Staggering or pacing the streams would not help".into(),
+        Some(Mechanism::QueueOverflow) => format!("the streams lose together after the RTT grew: they share one full queue and the one that sends last in each round loses first; {shared}"),
+        _ => format!("{shared}; a stream that retransmits far more than the others may take a lossy path (another link or ECMP member)"),
     }
 }
 

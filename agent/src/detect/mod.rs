@@ -1,6 +1,9 @@
 //! Detectors: pure functions of events and time (no IO, clock or BPF) that produce findings.
+pub mod buffers;
+pub mod episodes;
 pub mod fairness;
 pub mod limits;
+pub mod loss;
 pub mod owner;
 pub mod path;
 pub mod phase;
@@ -68,6 +71,9 @@ pub(crate) struct Detectors {
     /// Connections whose receiver closed its window: their rwnd-limited time is that stop.
     zero_window: std::collections::HashSet<u64>,
     stop: stop::StopDetector,
+    /// Every connection's loss episodes: the limits and fairness detectors ask them for the
+    /// mechanism behind a connection's or a group's losses.
+    episodes: episodes::Episodes,
     fairness: fairness::FairnessDetector,
     limits: limits::LimitsDetector,
     path: path::PathDetector,
@@ -78,6 +84,7 @@ impl Detectors {
         Detectors {
             zero_window: Default::default(),
             stop: stop::StopDetector::new(cfg.stop.clone()),
+            episodes: episodes::Episodes::default(),
             fairness: fairness::FairnessDetector::new(cfg.fairness.clone()),
             limits: limits::LimitsDetector::new(cfg.limits.clone()),
             path: path::PathDetector::new(cfg.path.clone()),
@@ -97,8 +104,19 @@ impl Detectors {
         let from = out.len();
         self.stop.observe(ev, out);
         self.path.fold(table, out, from);
+        // A closing connection's episodes are judged once more before they go.
+        let closing = matches!(ev.body, crate::model::Body::Close(_));
+        if !closing {
+            self.episodes.observe(ev);
+        }
+        // A stream of a group has its losses judged with the group's (a shared queue, a lossy
+        // member), not alone (asked before a close makes the fairness detector forget it).
+        let grouped = self.fairness.in_group(ev.conn.cookie);
         self.fairness.observe(ev, table);
-        self.limits.observe(ev, out);
+        self.limits.observe(ev, (!grouped).then_some(&self.episodes), out);
+        if closing {
+            self.episodes.observe(ev);
+        }
         self.explain(from, out);
     }
 
@@ -145,7 +163,7 @@ impl Detectors {
         let from = out.len();
         self.stop.tick(now_ns, out);
         self.path.fold(table, out, from);
-        self.fairness.tick(now_ns, table, out);
+        self.fairness.tick(now_ns, table, &self.episodes, out);
         self.explain(from, out);
     }
 }

@@ -145,6 +145,9 @@ named_enum! {
         NoWscale = "no_wscale",
         /// A small MSS.
         SmallMss = "small_mss",
+        /// Losses hold the window back, and their episodes name the mechanism (a policer, a queue
+        /// too short or too long for the path).
+        LossLimited = "loss_limited",
     }
 }
 

@@ -146,6 +146,15 @@ pub struct CaState {
     pub lost_out: u32,
     pub sacked_out: u32,
     pub retrans_out: u32,
+    /// The RTT where the change happened (µs; 0 in older recordings): srtt, the RTT of the last
+    /// packet (s)acknowledged (RACK's; entering Recovery, a packet sent just after the loss) and
+    /// the windowed minimum.
+    #[serde(default)]
+    pub srtt_us: u32,
+    #[serde(default)]
+    pub rack_rtt_us: u32,
+    #[serde(default)]
+    pub min_rtt_us: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -214,6 +223,17 @@ pub struct Snap {
     pub recv_queue: u32,
     pub sndbuf: u32,
     pub rcvbuf: u32,
+    /// The application fixed the buffer with setsockopt (SO_RCVBUF / SO_SNDBUF): no autotuning.
+    #[serde(default)]
+    pub rcvbuf_locked: bool,
+    #[serde(default)]
+    pub sndbuf_locked: bool,
+    /// The ceilings autotuning stops at in the socket's network namespace (net.ipv4.tcp_rmem and
+    /// tcp_wmem maximum; 0 unknown).
+    #[serde(default)]
+    pub rmem_max: u32,
+    #[serde(default)]
+    pub wmem_max: u32,
     pub delivered: u32,
     pub total_retrans: u32,
     pub rate_delivered: u32,

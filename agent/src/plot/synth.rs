@@ -170,6 +170,7 @@ impl Sim {
             lost_out: self.lost,
             sacked_out: self.sacked,
             retrans_out: self.retrans,
+            ..Default::default()
         }
     }
 }

@@ -51,12 +51,14 @@ fn run_with(
     }
     let mut t = 0;
     let mut said = vec![];
+    let mut eps = Episodes::default();
     while t < secs * 1_000_000_000 {
         t += 50_000_000;
         let mut evs = extra(t - 50_000_000, t);
         evs.sort_by_key(|e| e.ts_ns);
         for ev in evs {
             table.apply(&ev);
+            eps.observe(&ev);
             d.observe(&ev, &table);
         }
         for (i, r) in rates.iter().enumerate() {
@@ -66,7 +68,7 @@ fn run_with(
             table.apply(&ev);
             d.observe(&ev, &table);
         }
-        d.tick(t, &table, &mut out);
+        d.tick(t, &table, &eps, &mut out);
         said.extend(d.phase_members());
     }
     (out, said)
@@ -157,7 +159,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
             table.apply(&ev);
             d.observe(&ev, &table);
         }
-        d.tick(t, &table, &mut out);
+        d.tick(t, &table, &Episodes::default(), &mut out);
     }
     assert_eq!(out.len(), 1, "{out:?}");
     for i in 0..rates.len() {
@@ -165,7 +167,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
         table.apply(&ev);
         d.observe(&ev, &table);
     }
-    d.tick(t + 1_000_000_000, &table, &mut out);
+    d.tick(t + 1_000_000_000, &table, &Episodes::default(), &mut out);
     let end = out.last().expect("an end report");
     assert!(!end.ongoing && end.group == out[0].group && end.start_ns == out[0].start_ns, "{end:?}");
     assert_eq!(end.conn.map(|c| c.cookie), Some(2));
@@ -177,7 +179,7 @@ fn an_unfair_group_ends_when_its_streams_close() {
     assert!(streams.iter().any(|s| s["cookie"] == 2 && s["share"].as_f64().unwrap() < 0.05));
     // Nothing is kept for it, and nothing more is reported.
     assert!(d.groups.is_empty());
-    d.tick(t + 2_000_000_000, &table, &mut out);
+    d.tick(t + 2_000_000_000, &table, &Episodes::default(), &mut out);
     assert_eq!(out.len(), 2);
 }
 
@@ -217,4 +219,53 @@ fn remote_cidr_matches_by_prefix_mapped_v4_included_and_bad_ones_are_refused() {
     for bad in ["10.0.0.0/33", "10.0.0.0", "x/8", "fd00::/129", ""] {
         assert!(parse_cidr(bad).is_none(), "{bad}");
     }
+}
+
+/// Entries into Recovery at (stream, ms) on a 100 ms path, `queueing` ms over it, as `extra`
+/// events of the 50 ms steps of `run_with`.
+fn recoveries(entries: Vec<(u64, u64, u32)>) -> impl Fn(u64, u64) -> Vec<Event> {
+    move |from, to| {
+        let ms = 1_000_000;
+        entries
+            .iter()
+            .filter(|e| (from..to).contains(&(e.1 * ms)))
+            .map(|&(c, t, q)| {
+                let x = crate::model::CaState {
+                    old: 0,
+                    new: 3,
+                    packets_out: 300,
+                    rack_rtt_us: 100_000 + q * 1000,
+                    min_rtt_us: 100_000,
+                    ..Default::default()
+                };
+                Event { ts_ns: t * ms, conn: conn(c), body: Body::CaState(x) }
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_slow_stream_that_loses_alone_at_a_flat_rtt_is_named_a_lossy_member() {
+    // Stream 3 enters Recovery every ~0.7 s at the path's RTT; the others every 3 s together.
+    let mut e: Vec<(u64, u64, u32)> = (0..14).map(|k| (3, 300 + 700 * k, 1)).collect();
+    e.extend((0..3).flat_map(|c| [(c, 1_000 + 5 * c, 25), (c, 4_000 + 5 * c, 25), (c, 7_000 + 5 * c, 25)]));
+    let rates = [10_000_000, 10_000_000, 10_000_000, 1_000_000];
+    let (out, _) = run_with(&rates, &[0.0; 4], 10, &recoveries(e));
+    let f = out.first().expect("an unfair group");
+    assert_eq!(f.mechanism, Some(Mechanism::LossyMember), "{}", f.evidence);
+    let remedy = f.evidence["remedy"].as_str().unwrap();
+    assert!(remedy.contains("source port") && !remedy.contains("RTT/4 apart"), "{remedy}");
+}
+
+#[test]
+fn streams_that_lose_together_after_the_rtt_grew_keep_the_shared_queue_remedy() {
+    let e: Vec<(u64, u64, u32)> = (0..9).flat_map(|k| (0..4).map(move |c| (c, 300 + 1_000 * k + 5 * c, 25))).collect();
+    let rates = [10_000_000, 10_000_000, 10_000_000, 1_000_000];
+    let (out, _) = run_with(&rates, &[0.0; 4], 10, &recoveries(e));
+    let f = out.first().expect("an unfair group");
+    assert_eq!(f.mechanism, Some(Mechanism::QueueOverflow), "{}", f.evidence);
+    assert!(f.evidence["remedy"].as_str().unwrap().contains("RTT/4 apart"), "{}", f.evidence);
+    // Without loss episodes nothing is named, and the remedy says both.
+    let out = run(&rates, 10);
+    assert_eq!(out[0].mechanism, None);
 }
