@@ -57,6 +57,7 @@ fn a_connection_that_never_delivers_stops_at_its_second_timeout_in_a_row_and_end
     r.see(t0 + 1720 * MS, Body::Rto(Rto { retransmits: 2, backoff: 2, ..rto(960_000, 1, 10) }));
     r.ticks(t0 + 1700 * MS, t0 + 1800 * MS);
     assert_eq!(verdict(r.last()).1, StopCause::PathSilent, "{:?}", r.out);
+    assert!(r.wants_snapshot(), "the kernel does not sample it: looks tell when it delivers again");
     let delivered = t0 + 1800 * MS;
     r.see(delivered + 100 * MS, look(38 + 14_480, 0, 100, 1));
     r.see(delivered + 100 * MS, drained(38 + 14_480, 0, 1 << 20));
