@@ -495,7 +495,7 @@ fn watch_in_tmux_without_a_filter_lists_the_host_and_opens_a_connection_with_ent
                             opened = Some(now);
                         }
                     } else if back.is_none()
-                        && text.contains(&format!("cookie {}", flow.cookie))
+                        && text.contains(&format!("sk:{:x}", flow.cookie))
                         && text.contains("┌ now")
                     {
                         tmux.run(&["send-keys", "-t", "w", "Escape"]);
@@ -550,7 +550,7 @@ fn watch_in_tmux_without_a_filter_lists_the_host_and_opens_a_connection_with_ent
     let opened = opened.expect("Enter was pressed on the flow's row");
     let back = back.expect("the connection view opened with the flow's cookie");
     let view = caps.iter().find(|c| c.unix_ns > opened && c.unix_ns <= back).expect("a capture of the connection view");
-    assert!(view.text.contains(&format!("cookie {}", flow.cookie)) && view.text.contains(" Esc "), "{}", view.text);
+    assert!(view.text.contains(&format!("sk:{:x}", flow.cookie)) && view.text.contains(" Esc "), "{}", view.text);
     assert!(
         caps.iter().any(|c| c.unix_ns > back && c.text.contains("tcpvigil watch: this host")),
         "Esc did not go back"

@@ -7,8 +7,10 @@ use serde_json::{json, Value};
 use super::episodes::{Episode, Episodes, Shape, Verdict, TOGETHER_RTT};
 use crate::model::Mechanism;
 
-/// A queue below this share of the path's BDP starves the sender (the rule of thumb is one BDP)...
-const SHORT_QUEUE_BDP: f64 = 0.5;
+/// A queue below half the path's BDP starves the sender (the rule of thumb is one BDP); reported
+/// below 0.4, since the queueing at a loss is read from one packet's RTT and a queue of exactly
+/// half a BDP measures a few percent either side of it...
+const SHORT_QUEUE_BDP: f64 = 0.4;
 /// ... and one above this many BDPs adds more delay than it buys throughput (bufferbloat). Between
 /// them losses at a full queue are congestion control doing its job: nothing to report.
 const LONG_QUEUE_BDP: f64 = 2.0;
