@@ -12,6 +12,9 @@ use crate::model::{Body, Event, Mechanism};
 const KEPT: usize = 12;
 /// Episodes a flat-RTT verdict (a policer) needs: one flat loss is any loss.
 const MIN_FLAT: usize = 4;
+/// Holes a policer's episodes repair, at the median: its bucket ran dry and it dropped what came
+/// on at the line's rate; random loss at a steady flight (a small window's equilibrium) makes one.
+const POLICER_HOLES: u32 = 2;
 /// Episodes a queue verdict needs, and the one that suffices when the RTT grew by this many times
 /// the path's RTT (a deep queue fills seconds apart).
 const MIN_QUEUED: usize = 2;
@@ -58,6 +61,9 @@ pub struct Episode {
     /// The sender's congestion control keeps its flight whatever it loses (BBR): a steady flight
     /// then says nothing of a policer.
     pub steady_sender: bool,
+    /// Holes it repaired: retransmissions that began past every earlier one of the episode (0:
+    /// none seen). A policer whose bucket ran dry drops a run of segments; random loss, one.
+    pub holes: u32,
 }
 
 impl Episode {
@@ -134,6 +140,9 @@ struct Conn {
     steady_sender: bool,
     /// The last sample: the connection was sending then.
     active_ns: u64,
+    /// In Recovery since its last episode began, and where its latest hole ended.
+    repairing: bool,
+    repaired_to: Option<u32>,
 }
 
 const RATES_KEPT: usize = 8;
@@ -205,7 +214,9 @@ impl Episodes {
                     rate_bps: rate,
                     first: c.count == 0,
                     steady_sender: c.steady_sender,
+                    holes: 0,
                 };
+                (c.repairing, c.repaired_to) = (true, None);
                 c.count += 1;
                 c.eps.push_back(e);
                 self.recent.push_back((ev.ts_ns, cookie));
@@ -217,8 +228,29 @@ impl Episodes {
                 }
                 return true;
             }
+            Body::Retrans(r) => {
+                if let Some(c) = self.conns.get_mut(&cookie).filter(|c| c.repairing) {
+                    // A resend of a hole already counted (a retransmission lost again) is no new hole.
+                    let new = c.repaired_to.is_none_or(|to| (r.seq.wrapping_sub(to) as i32) >= 0);
+                    if new {
+                        c.repaired_to = Some(r.end_seq);
+                        if let Some(e) = c.eps.back_mut() {
+                            e.holes += 1;
+                        }
+                    }
+                }
+            }
+            Body::CaState(x) if x.new < CA_RECOVERY => {
+                if let Some(c) = self.conns.get_mut(&cookie) {
+                    c.repairing = false;
+                }
+            }
             // A timeout says the path went silent or lost everything: not a loss of this kind.
-            Body::CaState(x) if x.new == CA_LOSS => {}
+            Body::CaState(x) if x.new == CA_LOSS => {
+                if let Some(c) = self.conns.get_mut(&cookie) {
+                    c.repairing = false;
+                }
+            }
             Body::Close(_) => {
                 if let Some(r) = self.conns.remove(&cookie).and_then(|c| c.remote) {
                     let set = self.by_remote.entry(r).or_default();
@@ -314,9 +346,12 @@ pub fn verdict(eps: &[&Episode]) -> Option<Verdict> {
     if (n >= MIN_QUEUED && share(Shape::Queued) >= AGREE) || deep {
         return Some(v(Mechanism::QueueOverflow));
     }
+    // Holes per episode, where retransmissions were seen: a policer drops runs of segments.
+    let holes = median(measured.iter().filter(|e| !e.first && e.holes > 0).map(|e| e.holes).collect());
     if n >= MIN_FLAT
         && flights.len() >= MIN_FLAT - 1
         && share(Shape::Flat) >= AGREE
+        && holes.is_none_or(|h| h >= POLICER_HOLES)
         && cv <= STEADY_FLIGHT_CV
         && (!measured.iter().any(|e| e.steady_sender) || coefficient_of_variation(&gaps) <= STEADY_GAP_CV)
     {

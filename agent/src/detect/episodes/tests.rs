@@ -12,6 +12,7 @@ fn ep(at_s: f64, base_ms: f64, queueing_ms: f64, flight: u64) -> Episode {
         rate_bps: 2.5e6,
         first: false,
         steady_sender: false,
+        holes: 0,
     }
 }
 
@@ -31,6 +32,18 @@ fn losses_at_the_paths_rtt_with_a_steady_flight_are_a_policer() {
     assert_eq!(judge(&e), Some(Mechanism::Policer));
     // Three are not enough to tell a policer from chance.
     assert_eq!(judge(&e[..3]), None);
+}
+
+#[test]
+fn flat_losses_at_a_steady_flight_that_each_repair_one_hole_are_random_loss_not_a_policer() {
+    // lab `lost-retransmit` (cubic, 0.2 % random loss, 10 ms): the window's equilibrium keeps the
+    // flight at each loss steady (about 47 kB), at the path's RTT, and was named a policer; each
+    // episode repaired one hole (its resend lost again is the same hole), a policer's a run of them.
+    let mut e = series(9.8, &[0.1, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1, 0.2], &[33, 31, 34, 32]);
+    e.iter_mut().for_each(|x| x.holes = 1);
+    assert_eq!(judge(&e), None);
+    e.iter_mut().for_each(|x| x.holes = 6);
+    assert_eq!(judge(&e), Some(Mechanism::Policer));
 }
 
 #[test]
