@@ -222,7 +222,8 @@ async fn serve_synthetic_metrics_for_prometheus() {
         if k == 1 {
             // A network stop towards a remote prefix: the per-prefix gauge the path-event rules read.
             m.on_finding(&Finding {
-                evidence: json!({"remote_prefix": "10.1.0.0/24"}),
+                owner: Some(crate::model::StopOwner::Network),
+                path: crate::model::PathTag { remote_prefix: Some("10.1.0.0/24".into()), event: None },
                 ..finding(0, StopCause::CwndCollapse, true, None)
             });
             m.on_finding(&finding(1, LimitReason::RwndLimited, true, None));
