@@ -2,27 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod support;
 
+use support::mechanism::judged;
 use support::require_root;
-use tcpvigil_lab::daemon::Daemon;
-use tcpvigil_lab::fuzz::{judge_run, judged_text, run_beside};
-use tcpvigil_lab::mechjudge::Outcome;
-use tcpvigil_lab::Scenario;
-
-/// Runs `name` beside a fresh daemon; the judgement's failures (owners and mechanisms) and whether
-/// `mtu_blackhole` was named right.
-fn judged(name: &str, out: &std::path::Path) -> (Vec<String>, bool) {
-    let sc = Scenario::by_name(name).expect("scenario");
-    let dir = out.join(name);
-    let daemon = Daemon::start(std::path::Path::new(env!("CARGO_BIN_EXE_tcpvigil")), &dir.join("daemon"))
-        .expect("tcpvigil run started");
-    let (truth, all) = run_beside(&sc, &daemon, &dir, false).expect("scenario ran");
-    drop(daemon);
-    let mut j = judge_run(&truth, all, truth.config.path.rtt_ms() / 1e3).expect("judged");
-    j.judge_mechanism();
-    eprintln!("== {name}\n{}", judged_text(&j));
-    let named = j.mech.outcomes.iter().any(|(m, o)| m == "mtu_blackhole" && *o == Outcome::Named);
-    (j.verdict.failures, named)
-}
 
 /// `mtu-blackhole`: the next link's MTU drops mid-transfer with its ICMP filtered; named once
 /// iperf3's control connection to the same host delivers its smaller segments. `mtu-blackhole-start`:
@@ -39,7 +20,7 @@ fn path_mtu_black_holes_are_named_and_neither_a_working_pmtud_nor_an_outage_is()
     for (name, want_named) in
         [("mtu-blackhole", true), ("mtu-blackhole-start", true), ("mtu-pmtud", false), ("outage", false)]
     {
-        let (failed, named) = judged(name, &out);
+        let (failed, named) = judged(name, "mtu_blackhole", &out);
         failures.extend(failed.into_iter().map(|f| format!("{name}: {f}")));
         if named != want_named {
             failures.push(format!("{name}: mtu_blackhole named {named}, want {want_named}"));

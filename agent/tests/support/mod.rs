@@ -5,6 +5,7 @@ pub mod churn;
 pub mod daemon;
 pub mod http;
 pub mod judge;
+pub mod mechanism;
 pub mod prom;
 pub mod promql;
 pub mod schema;
