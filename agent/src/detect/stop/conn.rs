@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use super::config::StopConfig;
 use super::evidence::Evidence;
 use crate::detect::owner::{Hold, StopOwner};
-use crate::model::{Body, ConnId, Event, Finding, Mechanism, StopCause};
+use crate::model::{Body, ConnId, Event, Finding, Mechanism, Sample, StopCause};
 
 /// TCP states in a state-change record.
 const ESTABLISHED: u8 = 1;
@@ -60,6 +60,8 @@ pub(super) struct Conn {
     pub path_answer: Option<Answer>,
     /// The mechanism the stop in progress was last reported with.
     pub named: Option<Mechanism>,
+    /// The last sample's time and segments delivered, SACKed ones included (tp->delivered).
+    pub delivered_at: Option<(u64, u32)>,
 }
 
 impl Conn {
@@ -89,6 +91,7 @@ impl Conn {
             answered: None,
             path_answer: None,
             named: None,
+            delivered_at: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl Conn {
                 let healthy_before = self.active.is_none();
                 let acked_before = self.acked;
                 self.progress(cfg, ts, ts, s.bytes_acked, out);
+                self.sacked_progress(cfg, ts, s);
                 self.note_idle(ts, acked_before);
                 // Only healthy delivery moves the baseline (a slowdown is not its own yardstick).
                 let healthy_now = self.anchor == (ts, self.acked) && self.acked > 0;
@@ -289,6 +293,24 @@ impl Conn {
             let (acks, bytes) = std::mem::take(&mut self.resumed_delivery);
             self.ev.acks += acks;
             self.ev.delivered += bytes;
+        }
+    }
+
+    /// Delivery the cumulative ACK does not show: behind a hole the receiver acknowledges the
+    /// segments that arrive by SACK, and while they arrive at a healthy rate the path delivers
+    /// (the capture's truth agrees: a stall is when neither the cumulative ACK nor SACK moves). A
+    /// burst of losses repaired over several RTTs is no stop until the window behind the hole is
+    /// full and the SACKs stop too; the stop clock starts at the last of them. Without SACK a
+    /// duplicate ACK also counts as delivered, so only a scoreboard with SACKed segments counts.
+    fn sacked_progress(&mut self, cfg: &StopConfig, ts: u64, s: &Sample) {
+        let Some((t0, d0)) = self.delivered_at.replace((ts, s.delivered)) else { return };
+        let segs = s.delivered.wrapping_sub(d0);
+        if self.active.is_some() || s.sacked_out == 0 || segs == 0 || ts <= t0.max(self.anchor.0) || !self.bulk(cfg) {
+            return;
+        }
+        let rate = f64::from(segs) * f64::from(self.mss.max(1)) / ((ts - t0) as f64 / 1e9);
+        if rate > self.slow_rate(cfg) {
+            self.restart(ts);
         }
     }
 

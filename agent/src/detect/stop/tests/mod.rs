@@ -6,6 +6,7 @@ mod idles;
 mod mtu;
 mod not_bulk;
 mod owners;
+mod sacked;
 
 use super::{StopConfig, StopDetector};
 use crate::detect::owner::StopOwner;
