@@ -263,16 +263,36 @@ impl Conn {
                 // Delivery must stay healthy for a window before the stop counts as over:
                 // a window probe or one burst does not end it.
                 let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
-                let resumed = *self.resume.get_or_insert(ack_ts);
+                self.resume.get_or_insert(ack_ts);
                 self.delivered_during(gained);
-                if ack_ts >= resumed + w {
-                    self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
-                    self.end(cfg, obs, start, resumed.max(start), out);
-                    self.anchor = (ack_ts, acked);
+                while let Some(resumed) = self.resume.filter(|&r| ack_ts >= r + w) {
+                    if self.held_after(cfg, resumed, w) {
+                        self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
+                        self.end(cfg, obs, start, resumed.max(start), out);
+                        self.anchor = (ack_ts, acked);
+                        return;
+                    }
+                    // One jump, then almost nothing for the window: the stop went on. The next
+                    // advance past the window is the next try.
+                    self.resume_failed();
+                    self.resume = self.hist.iter().map(|&(t, _)| t).find(|&t| t >= resumed + w);
                 }
             }
             None => self.restart(ack_ts),
         }
+    }
+
+    /// Whether delivery went on after the advance at `resumed` that began a resumption, that
+    /// advance left out: the rate from it to the last point within the window `w` after it (or,
+    /// with none inside, to the first point after it) is more than almost nothing. A backed-off
+    /// retransmission acknowledged together with all the receiver held is one large jump; two RTTs
+    /// of hole repair after it are the stop going on, as the capture's truth has it (lab fuzz
+    /// seed 61 run 15).
+    fn held_after(&self, cfg: &StopConfig, resumed: u64, w: u64) -> bool {
+        let Some(&(_, base)) = self.hist.iter().rev().find(|(t, _)| *t <= resumed) else { return true };
+        let inside = self.hist.iter().rev().find(|(t, _)| *t > resumed && *t <= resumed + w);
+        let Some(&(t, a)) = inside.or_else(|| self.hist.iter().find(|(t, _)| *t > resumed)) else { return true };
+        a.saturating_sub(base) as f64 / ((t - resumed) as f64 / 1e9) > self.slow_rate(cfg)
     }
 
     /// `bytes` delivered by one observation without ending the stop: its evidence, or the pending

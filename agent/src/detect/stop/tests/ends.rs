@@ -1,6 +1,7 @@
 //! When a stop ends (delivery resumed for a while, everything delivered, the close), and when a
 //! quiet spell is one stop going on or two stops.
 use super::*;
+use crate::detect::tests_support;
 use crate::model::StateChange;
 
 #[test]
@@ -209,4 +210,59 @@ fn a_resumption_that_falls_through_counts_its_delivery_as_the_stops() {
     assert_eq!(end_ns(end), t + 1050 * MS, "{end:?}");
     assert_eq!(end.evidence["acks_during"], 1, "{}", end.evidence);
     assert_eq!(end.evidence["bytes_delivered_during"], 700_000, "{}", end.evidence);
+}
+
+/// A sample on a 200 ms path: the window that confirms a resumption is 400 ms.
+fn on_long_path(acked: u64, ca: u8) -> Body {
+    let mut s = tests_support::sample(acked);
+    (s.srtt_us, s.ca_state) = (200_000, ca);
+    Body::Sample(s)
+}
+
+/// Lab fuzz seed 61 run 15 (201 ms RTT): after an outage the backed-off retransmission was
+/// acknowledged with all the receiver held (one jump), then the holes the outage left took two RTTs
+/// to repair: one segment in 0.4 s, and the next sample's own jump made the rate over the window
+/// look healthy. The stop was ended at the first jump, 0.4 s before the capture's end: the window
+/// after a resumption must deliver too, the jump that began it left out.
+#[test]
+fn one_jump_then_almost_nothing_for_the_window_after_it_does_not_end_a_stop() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let at = r.three_timeouts(t);
+    let jump = at + 20 * MS;
+    let mut a = acked + 5_000_000;
+    r.see_and_tick(jump, on_long_path(a, 0));
+    r.see_and_tick(jump + 150 * MS, on_long_path(a, CA_RECOVERY));
+    a += 1448;
+    r.see_and_tick(jump + 300 * MS, on_long_path(a, CA_RECOVERY));
+    let repaired = jump + 450 * MS;
+    let mut now = repaired;
+    while now < repaired + 1000 * MS {
+        a += 2_000_000;
+        r.see_and_tick(now, on_long_path(a, 0));
+        now += 50 * MS;
+    }
+    let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));
+    assert_eq!(end.owner, Some(StopOwner::Network));
+    assert!(
+        end_ns(end).abs_diff(repaired) < MS,
+        "ended at {}, where delivery went on ({repaired}), not at the jump ({jump})",
+        end_ns(end)
+    );
+}
+
+/// The same jump followed by delivery at the usual rate ends the stop at the jump.
+#[test]
+fn a_jump_followed_by_healthy_delivery_ends_the_stop_at_the_jump() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let at = r.three_timeouts(t);
+    let jump = at + 20 * MS;
+    let mut a = acked + 5_000_000;
+    let mut now = jump;
+    while now < jump + 1000 * MS {
+        r.see_and_tick(now, on_long_path(a, 0));
+        a += 2_000_000;
+        now += 50 * MS;
+    }
+    let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));
+    assert!(end_ns(end).abs_diff(jump) < MS, "ended at {}, not at the jump ({jump})", end_ns(end));
 }
