@@ -384,14 +384,14 @@ impl Conn {
     /// the stop clock runs from that send, not from the daemon's tick. Each such record bounds the
     /// send from above; the earliest bound holds. A connection not bulk is not sampled: its clock
     /// follows the ticks until loss records tell the same (data out since `armed_ns` before each,
-    /// after its last delivery).
+    /// after its last delivery); so does a closing one, which is not sampled either.
     fn sent_after_idle(&mut self, cfg: &StopConfig, ts: u64, armed_ns: u64) {
         if self.active.is_some() {
             return;
         }
         let idle = match self.idle_at {
             Some(idle) => idle,
-            None if !self.bulk(cfg) => self.hist.back().map_or(0, |&(t, _)| t),
+            None if !self.bulk(cfg) || self.closing => self.hist.back().map_or(0, |&(t, _)| t),
             None => return,
         };
         let sent = ts.saturating_sub(armed_ns).max(idle);

@@ -142,6 +142,42 @@ fn a_network_stop_outlives_the_close_until_a_look_shows_delivery() {
     assert!(!r.last().ongoing, "a receiver's stop ends at the close: {:?}", r.out);
 }
 
+/// Lab fuzz seed 67 run 29: an HTTP server wrote its last 5 MB and closed (FIN_WAIT1), then an
+/// 8.6 s outage held the download for 13.8 s, and nothing was reported: a closing connection was
+/// never judged. Past the close only timeouts and looks tell; a timeout with nothing delivered
+/// since is the network's stop, and a look that shows delivery ends it.
+#[test]
+fn a_connection_closed_with_data_outstanding_stops_by_its_timeouts() {
+    let (mut r, t, acked) = Run::healthy(2000);
+    let closed = t + 10 * MS;
+    r.see(closed, Body::State(StateChange { old: 1, new: 4 }));
+    r.ticks(closed, closed + 200 * MS);
+    assert!(r.out.is_empty(), "silence after the close is no stop: {:?}", r.out);
+    let first = closed + 220 * MS;
+    r.see(first, Body::Rto(rto(220_000, 1, 88)));
+    r.ticks(first, first + 100 * MS);
+    let f = r.first();
+    assert_eq!(verdict(f), (StopOwner::Network, StopCause::Rto), "{f:?}");
+    assert!(f.start_ns >= closed && f.start_ns < first, "dated before the timeout: {}", f.start_ns);
+    assert!(r.wants_snapshot() || r.out.iter().all(|f| f.ongoing), "looks are asked for while it lasts");
+    // A look after the outage shows the data delivered: the stop ends there.
+    let resumed = first + 2000 * MS;
+    r.see(resumed + 100 * MS, snapshot(acked + 3_000_000, 20, 0, 1 << 20, 100_000));
+    let last = r.last();
+    assert!(!last.ongoing, "{:?}", r.out);
+    assert!(end_ns(last).abs_diff(resumed) < MS, "ended {} ms from the delivery", end_ns(last).abs_diff(resumed) / MS);
+
+    // The last window draining after the close, its tail resent by a probe and acknowledged at
+    // once: no timeout, no stop.
+    let (mut r, t, acked) = Run::healthy(2000);
+    r.see(t + 10 * MS, Body::State(StateChange { old: 1, new: 4 }));
+    r.see(t + 60 * MS, Body::Retrans(retrans(0, 80, 20)));
+    r.ticks(t + 10 * MS, t + 600 * MS);
+    r.see(t + 600 * MS, snapshot(acked + 100_000, 0, 0, 1 << 20, 500_000));
+    r.ticks(t + 600 * MS, t + 1000 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+}
+
 #[test]
 fn the_end_of_a_transfer_and_an_application_pause_are_no_stop() {
     // The last ACK acknowledges everything and nothing waits: the application is done.
@@ -265,4 +301,31 @@ fn a_jump_followed_by_healthy_delivery_ends_the_stop_at_the_jump() {
     }
     let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));
     assert!(end_ns(end).abs_diff(jump) < MS, "ended at {}, not at the jump ({jump})", end_ns(end));
+}
+
+/// A closed socket whose peer is gone resends only its FIN: no transfer is held up, and a
+/// connection that never became bulk is judged only while established.
+#[test]
+fn a_lone_fin_resent_or_a_small_connection_closing_is_no_stop() {
+    let (mut r, t, acked) = Run::healthy(2000);
+    r.see(t + 10 * MS, Body::State(StateChange { old: 1, new: 4 }));
+    r.see(t + 20 * MS, snapshot(acked, 1, 0, 1 << 20, 10_000));
+    let mut at = t + 20 * MS;
+    for (i, wait) in [220u64, 440, 880].into_iter().enumerate() {
+        r.ticks(at, at + wait * MS);
+        at += wait * MS;
+        let n = i as u32;
+        r.see(at, Body::Rto(Rto { retransmits: n, backoff: n, ..rto(wait * 1000, 1, 1) }));
+    }
+    r.ticks(at, at + 500 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+
+    let mut r = Run::new();
+    r.see_and_tick(0, sample(100_000, 10, 0, 1 << 20));
+    r.see(10 * MS, Body::State(StateChange { old: 1, new: 4 }));
+    r.see(20 * MS, snapshot(100_000, 20, 50_000, 1 << 20, 10_000));
+    r.ticks(20 * MS, 300 * MS);
+    r.see(300 * MS, Body::Rto(rto(220_000, 1, 20)));
+    r.ticks(300 * MS, 800 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
 }
