@@ -164,14 +164,7 @@ impl Conn {
             self.asked.get_or_insert(now);
             return ask;
         }
-        let v = self.judge(cfg, false);
-        if v.0 != StopOwner::Network {
-            return false;
-        }
-        self.active = Some(self.anchor.0);
-        self.verdict = Some(v);
-        self.was_receivers = false;
-        out.push(self.finding(now, self.anchor.0, None, v));
+        self.start_if_networks(cfg, now, out);
         false
     }
 
@@ -194,15 +187,21 @@ impl Conn {
         if !self.established || e.rtos == 0 || e.delivered > 0 || self.anchor.0 + cfg.threshold_ns(self.srtt_us) > now {
             return false;
         }
+        self.start_if_networks(cfg, now, out);
+        false
+    }
+
+    /// Timeouts proved a stop where no sample can (not bulk, or closing): it starts at the clock's
+    /// start if the network owns it.
+    fn start_if_networks(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) {
         let v = self.judge(cfg, false);
         if v.0 != StopOwner::Network {
-            return false;
+            return;
         }
         self.active = Some(self.anchor.0);
         self.verdict = Some(v);
         self.was_receivers = false;
         out.push(self.finding(now, self.anchor.0, None, v));
-        false
     }
 
     /// The mechanism behind the stop in progress, where the kernel shows it.
