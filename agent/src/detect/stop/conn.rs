@@ -26,8 +26,8 @@ pub(super) struct Conn {
     pub ev: Evidence,
     /// Start of the stop in progress.
     pub active: Option<u64>,
-    /// Recent (time of ACK, bytes acked) points, two seconds at most.
-    pub hist: VecDeque<(u64, u64)>,
+    /// Recent (time of ACK, bytes acked, data still in flight after it) points, two seconds at most.
+    pub hist: VecDeque<(u64, u64, bool)>,
     /// When delivery became healthy again during a stop (it must last before the stop ends).
     pub resume: Option<u64>,
     /// ACKs and bytes delivered since `resume`: the stop's own if the resumption falls through.
@@ -46,6 +46,9 @@ pub(super) struct Conn {
     pub verdict: Option<(StopOwner, StopCause)>,
     /// The stop in progress was reported as the receiver's at some point.
     pub was_receivers: bool,
+    /// The receiver's stop in progress: when a look first showed its window open and data in
+    /// flight again.
+    pub opened: Option<u64>,
     /// When a look last showed nothing to send, until something is delivered after it: data in
     /// flight since then left after it.
     pub idle_at: Option<u64>,
@@ -86,6 +89,7 @@ impl Conn {
             asked: None,
             verdict: None,
             was_receivers: false,
+            opened: None,
             idle_at: None,
             established: false,
             answered: None,
@@ -178,7 +182,7 @@ impl Conn {
                 self.closed = true;
                 if let Some(start) = self.active {
                     // Delivery seen resuming (not yet for a whole window) ended the stop then.
-                    let end = self.resume.unwrap_or(ts).max(start);
+                    let end = self.resume.map_or(ts, |r| self.resumption(cfg, r, ts).0).max(start);
                     self.end(cfg, ts, start, end, out);
                 }
             }
@@ -203,25 +207,30 @@ impl Conn {
         (cfg.segments_per_rtt * self.mss as f64 / srtt).max(cfg.rate_fraction * self.rate_bps)
     }
 
-    /// Delivery rate over the last max(2 srtt, 100 ms) ending at `ts`, from the progress history.
+    /// How long delivery must stay healthy before a stop counts as over: max(2 srtt, 100 ms).
+    pub fn resume_window(&self) -> u64 {
+        (2 * self.srtt_us as u64 * 1000).max(100_000_000)
+    }
+
+    /// Delivery rate over the last resume window ending at `ts`, from the progress history.
     pub fn recent_rate(&self, ts: u64, acked: u64) -> f64 {
-        let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
-        let base = self.hist.iter().rev().find(|(t, _)| *t + w <= ts).or(self.hist.front());
+        let w = self.resume_window();
+        let base = self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front());
         match base {
-            Some(&(t, a)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
+            Some(&(t, a, _)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
             _ => 0.0,
         }
     }
 
     /// New cumulative progress `acked`, seen at `obs` and reflecting ACKs up to `ack_ts`.
     fn progress(&mut self, cfg: &StopConfig, obs: u64, ack_ts: u64, acked: u64, out: &mut Vec<Finding>) {
-        if acked < self.acked || self.hist.back().is_some_and(|&(t, _)| t > ack_ts) {
+        if acked < self.acked || self.hist.back().is_some_and(|&(t, ..)| t > ack_ts) {
             return;
         }
         if self.hist.is_empty() {
             // The first look at its progress: where it stands, not what it delivered (a
             // connection seen first by its resends must not count its earlier bytes as delivery).
-            self.hist.push_back((ack_ts, acked));
+            self.hist.push_back((ack_ts, acked, self.hold.in_flight > 0));
             self.acked = acked;
             return;
         }
@@ -233,8 +242,8 @@ impl Conn {
         // and one 50 ms sample in two shows no advance.
         let rate_ok = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg);
         let healthy = rate_ok && acked > self.acked;
-        self.hist.push_back((ack_ts, acked));
-        while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, _)| t + 2_000_000_000 < ack_ts) {
+        self.hist.push_back((ack_ts, acked, self.hold.in_flight > 0));
+        while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, ..)| t + 2_000_000_000 < ack_ts) {
             self.hist.pop_front();
         }
         let gained = acked - self.acked;
@@ -262,10 +271,17 @@ impl Conn {
             Some(start) => {
                 // Delivery must stay healthy for a window before the stop counts as over:
                 // a window probe or one burst does not end it.
-                let w = (2 * self.srtt_us as u64 * 1000).max(100_000_000);
+                let w = self.resume_window();
                 self.resume.get_or_insert(ack_ts);
                 self.delivered_during(gained);
                 while let Some(resumed) = self.resume.filter(|&r| ack_ts >= r + w) {
+                    let (holds_from, _) = self.resumption(cfg, resumed, ack_ts);
+                    if holds_from != resumed {
+                        // A stall of its own began within the window: the stop went on through it.
+                        self.resume_failed();
+                        self.resume = Some(holds_from);
+                        continue;
+                    }
                     if self.held_after(cfg, resumed, w) {
                         self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
                         self.end(cfg, obs, start, resumed.max(start), out);
@@ -275,7 +291,7 @@ impl Conn {
                     // One jump, then almost nothing for the window: the stop went on. The next
                     // advance past the window is the next try.
                     self.resume_failed();
-                    self.resume = self.hist.iter().map(|&(t, _)| t).find(|&t| t >= resumed + w);
+                    self.resume = self.hist.iter().map(|&(t, ..)| t).find(|&t| t >= resumed + w);
                 }
             }
             None => self.restart(ack_ts),
@@ -289,10 +305,50 @@ impl Conn {
     /// of hole repair after it are the stop going on, as the capture's truth has it (lab fuzz
     /// seed 61 run 15).
     fn held_after(&self, cfg: &StopConfig, resumed: u64, w: u64) -> bool {
-        let Some(&(_, base)) = self.hist.iter().rev().find(|(t, _)| *t <= resumed) else { return true };
-        let inside = self.hist.iter().rev().find(|(t, _)| *t > resumed && *t <= resumed + w);
-        let Some(&(t, a)) = inside.or_else(|| self.hist.iter().find(|(t, _)| *t > resumed)) else { return true };
+        let Some(&(_, base, _)) = self.hist.iter().rev().find(|(t, ..)| *t <= resumed) else { return true };
+        let inside = self.hist.iter().rev().find(|(t, ..)| *t > resumed && *t <= resumed + w);
+        let Some(&(t, a, _)) = inside.or_else(|| self.hist.iter().find(|(t, ..)| *t > resumed)) else { return true };
         a.saturating_sub(base) as f64 / ((t - resumed) as f64 / 1e9) > self.slow_rate(cfg)
+    }
+
+    /// Where the resumption that began at `resumed` stands at `now`: the advance it holds from,
+    /// and whether that is known yet. A stall with data in flight that begins within the resume
+    /// window and lasts 0.6 of the threshold (long enough to count as a stall by itself) is the
+    /// stop going on: the resumption moves to the advance that ended it. It is known once an
+    /// advance past the window has come, or with none, once no stall can have begun unseen.
+    pub fn resumption(&self, cfg: &StopConfig, resumed: u64, now: u64) -> (u64, bool) {
+        let w = self.resume_window();
+        let stall = cfg.threshold_ns(self.srtt_us) * 3 / 5;
+        let mut from = resumed;
+        // Where a stall would begin: the last advance, or the first look with data in flight
+        // after an advance that left none (data sent after an idle).
+        let mut last: Option<(u64, u64, bool)> = None;
+        for &(t, a, flight) in self.hist.iter().filter(|p| p.0 >= resumed) {
+            match last {
+                Some((lt, la, lf)) if a > la => {
+                    if lf && lt < from + w && t - lt > stall {
+                        from = t;
+                    }
+                    last = Some((t, a, flight));
+                }
+                Some((_, la, false)) if flight => last = Some((t, la, true)),
+                Some(_) => {}
+                None => last = Some((t, a, flight)),
+            }
+        }
+        let known = match last {
+            Some((t, ..)) if t >= from + w => true,
+            // A stall open since t, inside the window: the stop goes on.
+            Some((t, _, true)) if now >= t + stall => false,
+            _ => now >= from + w + stall,
+        };
+        (from, known)
+    }
+
+    /// When delivery last advanced.
+    pub fn last_advance(&self) -> u64 {
+        let Some(&(t, a, _)) = self.hist.back() else { return self.anchor.0 };
+        self.hist.iter().rev().take_while(|p| p.1 == a).last().map_or(t, |p| p.0)
     }
 
     /// `bytes` delivered by one observation without ending the stop: its evidence, or the pending
@@ -391,7 +447,7 @@ impl Conn {
         }
         let idle = match self.idle_at {
             Some(idle) => idle,
-            None if !self.bulk(cfg) || self.closing => self.hist.back().map_or(0, |&(t, _)| t),
+            None if !self.bulk(cfg) || self.closing => self.hist.back().map_or(0, |&(t, ..)| t),
             None => return,
         };
         let sent = ts.saturating_sub(armed_ns).max(idle);

@@ -39,21 +39,40 @@ impl Conn {
             && h.ts_ns > self.ev.last_loss_ns.max(start)
         {
             // Everything sent was delivered after the last loss: the network holds nothing back,
-            // whatever waits behind the window now. It ended when delivery resumed; a receiver's
-            // stall after it is a stop of its own.
-            let end = self.resume.unwrap_or(h.ts_ns).max(start);
-            self.last_stop = Some((start, end, StopOwner::Network));
-            self.end(cfg, now, start, end, out);
-            self.anchor = (h.ts_ns, self.acked);
+            // whatever waits behind the window now. It ended when delivery resumed, unless the
+            // data waiting stalls once sent within the resume window (then it goes on); a
+            // receiver's stall after it is a stop of its own.
+            let (from, known) = self.resumption(cfg, self.resume.unwrap_or(h.ts_ns), now);
+            if known || !h.outstanding() {
+                let end = from.max(start);
+                self.last_stop = Some((start, end, StopOwner::Network));
+                self.end(cfg, now, start, end, out);
+                self.anchor = (self.last_advance(), self.acked);
+            }
             return;
+        }
+        if self.owner_so_far() == StopOwner::Receiver && h.in_flight > 0 && h.usable_wnd >= u64::from(h.mss.max(1)) {
+            // The receiver's window is open again and data is in flight: if delivery then stops
+            // for a stall's length, the receiver's stall ended when its window opened and the
+            // silence is a stall of its own, judged afresh from the last delivery since.
+            let opened = *self.opened.get_or_insert(h.ts_ns);
+            let since = self.last_advance().max(opened);
+            if now >= since + cfg.threshold_ns(self.srtt_us) * 3 / 5 {
+                let end = opened.max(start);
+                self.last_stop = Some((start, end, StopOwner::Receiver));
+                self.end(cfg, now, start, end, out);
+                self.anchor = (since, self.acked);
+                return;
+            }
         }
         if let Some(resumed) = self.resume {
             // Delivery resumed and a later exact look shows nothing left to send: the window that
             // would confirm it never comes (the sender went idle), so the stop ended when delivery
-            // resumed.
+            // resumed, or after the last stall of its own that delivery showed since.
             if h.exact && !h.outstanding() && h.ts_ns >= resumed {
-                self.last_stop = Some((start, resumed.max(start), self.owner_so_far()));
-                self.end(cfg, now, start, resumed.max(start), out);
+                let end = self.resumption(cfg, resumed, now).0.max(start);
+                self.last_stop = Some((start, end, self.owner_so_far()));
+                self.end(cfg, now, start, end, out);
                 self.anchor = (now, self.acked);
             }
             return;
@@ -228,7 +247,7 @@ impl Conn {
         if h.exact && h.in_flight == 0 && h.unsent > 0 && h.usable_wnd >= u64::from(h.mss.max(1)) && self.ev.acks >= 2 {
             return true;
         }
-        let last = self.hist.back().map(|&(t, _)| t).unwrap_or(0);
+        let last = self.hist.back().map(|&(t, ..)| t).unwrap_or(0);
         if !h.exact || h.in_flight == 0 || self.ev.acks < 2 || last <= self.anchor.0 || self.srtt_us == 0 {
             return false;
         }
@@ -330,6 +349,7 @@ impl Conn {
         self.ev = Evidence::default();
         self.path_answer = None;
         self.named = None;
+        self.opened = None;
     }
 
     /// The stop from `start`, ended at `end` or in progress at `now`.

@@ -15,7 +15,7 @@ fn silence_with_repeated_timeouts_is_a_path_silent_stop_found_while_it_lasts() {
     r.ticks(at, at + 100 * MS);
     let resume = at + 150 * MS;
     r.see(resume, sample(acked + 2_000_000, 2, 4, 1 << 20));
-    r.see(resume + 150 * MS, sample(acked + 6_000_000, 20, 0, 1 << 20));
+    r.healthy_from(resume, acked + 2_000_000, 150);
     let last = r.last();
     assert!(!last.ongoing);
     assert_eq!(verdict(last), (StopOwner::Network, StopCause::PathSilent));
@@ -38,7 +38,7 @@ fn an_outage_is_the_network_from_the_first_report_and_becomes_path_silent_with_i
     assert_eq!(seen.last(), Some(&(StopCause::PathSilent, true)), "{seen:?}");
     assert!(r.out.iter().all(|f| f.start_ns == t));
     r.see(at + 150 * MS, sample(acked + 2_000_000, 2, 4, 1 << 20));
-    r.see(at + 300 * MS, sample(acked + 6_000_000, 20, 0, 1 << 20));
+    r.healthy_from(at + 150 * MS, acked + 2_000_000, 150);
     let last = r.last();
     assert_eq!((verdict(last), last.ongoing), ((StopOwner::Network, StopCause::PathSilent), false));
 }
@@ -49,7 +49,7 @@ fn one_timeout_that_ends_the_stop_is_an_rto_stop() {
     r.ticks(t, t + 300 * MS);
     r.see(t + 300 * MS, Body::Rto(rto(220_000, 1, 50)));
     r.see(t + 350 * MS, sample(acked + 3_000_000, 2, 4, 1 << 20));
-    r.see(t + 500 * MS, sample(acked + 7_000_000, 20, 0, 1 << 20));
+    r.healthy_from(t + 350 * MS, acked + 3_000_000, 150);
     let last = r.last();
     assert_eq!(verdict(last).1, StopCause::Rto);
     assert!(!last.ongoing);
@@ -94,7 +94,7 @@ fn a_retransmission_lost_again_and_resent_late_is_named_with_its_delay() {
     let lost = Retrans { count: 2, since_prev_ns: 380 * MS, lost_retrans: true, ..retrans(CA_RECOVERY, 1, 10) };
     r.see(t + 400 * MS, Body::Retrans(lost));
     r.see(t + 450 * MS, sample(acked + 3_000_000, 10, 0, 1 << 20));
-    r.see(t + 600 * MS, sample(acked + 7_000_000, 10, 0, 1 << 20));
+    r.healthy_from(t + 450 * MS, acked + 3_000_000, 150);
     let last = r.last();
     assert_eq!(verdict(last).1, StopCause::LostRetransmit);
     assert_eq!(last.evidence["max_lost_retransmit_delay_s"], 0.38);

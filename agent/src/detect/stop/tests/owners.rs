@@ -56,10 +56,15 @@ fn a_receivers_stop_made_undetermined_by_a_stale_look_does_not_become_the_networ
     r.see(t + 2010 * MS, Body::Sample(s));
     r.ticks(t + 2010 * MS, t + 2100 * MS);
     assert!(r.out.iter().any(|f| f.owner == Some(StopOwner::Undetermined)), "{:?}", r.out);
-    // Then data in flight again, nothing delivered yet, no timeout: the stop winding down.
-    r.see(t + 2120 * MS, snapshot(acked, 200, 3 << 20, 8 << 20, 2_000_000));
-    r.ticks(t + 2120 * MS, t + 2300 * MS);
-    assert!(r.never_the_networks(), "{:?}", r.out);
+    // Then data in flight again, nothing delivered yet, no timeout: the receiver's stop winds
+    // down and never becomes the network's. Silence past a stall's length after the window opened
+    // is a stop of its own, from the opening.
+    let opened = t + 2120 * MS;
+    r.see(opened, snapshot(acked, 200, 3 << 20, 8 << 20, 2_000_000));
+    r.ticks(opened, t + 2300 * MS);
+    let (receivers, after): (Vec<_>, Vec<_>) = r.out.iter().partition(|f| f.start_ns < opened);
+    assert!(receivers.iter().all(|f| f.owner != Some(StopOwner::Network)), "{:?}", r.out);
+    assert!(after.iter().all(|f| f.start_ns == opened), "{:?}", r.out);
 }
 
 #[test]
@@ -229,4 +234,31 @@ fn a_sender_ramping_up_from_a_small_window_is_no_network_stop() {
     // Half of a window that does not grow acknowledged per RTT: the network holds data back.
     let out = ramp(false);
     assert!(out.iter().any(|f| f.owner == Some(StopOwner::Network)), "{out:?}");
+}
+
+/// Lab fuzz seed 71 run 12 (20 ms RTT, reno): a receiver paused, and as its window opened again a
+/// path MTU black hole began. The window's first burst was delivered in part, then nothing for
+/// 7.9 s. The stop went on as one, reported the receiver's first and the network's after its
+/// timeouts; the capture shows two stalls, the receiver's and then the network's.
+#[test]
+fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 400 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    // The window opens: a burst goes out, part of it is delivered, then nothing.
+    let opened = t + 400 * MS;
+    r.see_and_tick(opened, sample(acked, 80, 0, 1 << 20));
+    let delivered = opened + 40 * MS;
+    r.see_and_tick(delivered, sample(acked + 64_000, 80, 0, 1 << 20));
+    r.see_and_tick(delivered + 10 * MS, sample(acked + 72_000, 80, 0, 1 << 20));
+    let last = delivered + 10 * MS;
+    r.three_timeouts(last);
+    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
+    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{receivers:?}");
+    let end = receivers.last().expect("the receiver's stop");
+    assert!(!end.ongoing && end_ns(end) == opened, "ended when the window opened: {end:?}");
+    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
+    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    assert_eq!(network[0].start_ns, last, "from the last delivery");
 }
