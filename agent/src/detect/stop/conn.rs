@@ -65,6 +65,9 @@ pub(super) struct Conn {
     pub named: Option<Mechanism>,
     /// The last sample's time and segments delivered, SACKed ones included (tp->delivered).
     pub delivered_at: Option<(u64, u32)>,
+    /// Ramping up after an idle long enough for the kernel to restart from its initial window:
+    /// the rate before the idle is no yardstick until delivery reaches its share of it again.
+    pub ramp: bool,
 }
 
 impl Conn {
@@ -96,6 +99,7 @@ impl Conn {
             path_answer: None,
             named: None,
             delivered_at: None,
+            ramp: false,
         }
     }
 
@@ -204,7 +208,12 @@ impl Conn {
     /// Delivery below this rate (bytes/s) is "almost nothing".
     pub fn slow_rate(&self, cfg: &StopConfig) -> f64 {
         let srtt = (self.srtt_us.max(1000)) as f64 / 1e6;
-        (cfg.segments_per_rtt * self.mss as f64 / srtt).max(cfg.rate_fraction * self.rate_bps)
+        let floor = cfg.segments_per_rtt * self.mss as f64 / srtt;
+        if self.ramp {
+            floor
+        } else {
+            floor.max(cfg.rate_fraction * self.rate_bps)
+        }
     }
 
     /// How long delivery must stay healthy before a stop counts as over: max(2 srtt, 100 ms).
@@ -236,11 +245,22 @@ impl Conn {
         }
         if acked > self.acked {
             self.answered = Some((ack_ts, (acked - self.acked).min(u64::from(self.mss.max(1))) as u32));
+            // The first delivery after an idle longer than the retransmission timeout (srtt +
+            // 200 ms at least; one more srtt for the data to be acknowledged): the kernel restarted
+            // from its initial window, and the ramp up from it is slow by the old yardstick.
+            let restart = 2 * u64::from(self.srtt_us) * 1000 + 200_000_000;
+            if self.idle_at.is_some() && ack_ts.saturating_sub(self.last_advance()) > restart {
+                self.ramp = true;
+            }
         }
         // Only a rate fallen back to almost nothing cancels a resumption, not a look that finds the
         // cumulative ACK where the last one left it: in Recovery it moves in jumps as holes fill,
         // and one 50 ms sample in two shows no advance.
-        let rate_ok = self.recent_rate(ack_ts, acked) > self.slow_rate(cfg);
+        let recent = self.recent_rate(ack_ts, acked);
+        if self.ramp && recent >= cfg.rate_fraction * self.rate_bps {
+            self.ramp = false;
+        }
+        let rate_ok = recent > self.slow_rate(cfg);
         let healthy = rate_ok && acked > self.acked;
         self.hist.push_back((ack_ts, acked, self.hold.in_flight > 0));
         while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, ..)| t + 2_000_000_000 < ack_ts) {

@@ -110,3 +110,34 @@ fn a_connection_becoming_bulk_after_an_idle_starts_its_stop_clock_then() {
     burst(&mut r, 1050 * MS, 1_101_450, 18);
     assert!(r.out.is_empty(), "an idle before the connection was bulk is no stop: {:?}", r.out);
 }
+
+/// Lab fuzz seed 67 run 95 (20 ms RTT, bbr): after a 6 s sender pause the kernel restarted from its
+/// initial window, the ramp lost a segment and delivered 0.38 MB/s in Recovery for 0.23 s, under 5 %
+/// of the 33 MB/s before the pause: reported as a `slow_recovery` stop where the capture shows
+/// delivery throughout. After such an idle the old rate is no yardstick until delivery reaches its
+/// share of it again.
+#[test]
+fn the_ramp_after_a_long_idle_losing_a_segment_is_no_stop() {
+    let ramp = |idle_ms: u64| {
+        let (mut r, t, acked) = Run::healthy(1000);
+        r.see(t + 10 * MS, drained(acked, 0, 1 << 22));
+        r.ticks(t + 10 * MS, t + idle_ms * MS);
+        let mut at = t + idle_ms * MS;
+        let mut a = acked;
+        // 20 kB every 50 ms (0.4 MB/s against the 25 MB/s before), one retransmission, Recovery.
+        for k in 0..12 {
+            at += 50 * MS;
+            a += 20_000;
+            if k == 2 {
+                r.see(at, Body::Retrans(retrans(CA_RECOVERY, 20, 30)));
+            }
+            r.see_and_tick(at, sample(a, 20, if k >= 2 { CA_RECOVERY } else { 0 }, 1 << 22));
+        }
+        r
+    };
+    let r = ramp(2000);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    // Without the idle the same slow delivery is a stop: the rate before is the yardstick.
+    let r = ramp(0);
+    assert!(r.out.iter().any(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+}
