@@ -392,12 +392,14 @@ impl Conn {
         }
     }
 
-    /// Delivery the cumulative ACK does not show: behind a hole the receiver acknowledges the
-    /// segments that arrive by SACK, and while they arrive at a healthy rate the path delivers
-    /// (the capture's truth agrees: a stall is when neither the cumulative ACK nor SACK moves). A
-    /// burst of losses repaired over several RTTs is no stop until the window behind the hole is
-    /// full and the SACKs stop too; the stop clock starts at the last of them. Without SACK a
-    /// duplicate ACK also counts as delivered, so only a scoreboard with SACKed segments counts.
+    /// Delivery the cumulative ACK shows only slowly: behind holes repaired one by one the
+    /// receiver acknowledges the segments that arrive by SACK, and while they arrive at a healthy
+    /// rate the path delivers; each advance of the cumulative ACK then restarts the stop clock,
+    /// however small. The clock runs from the cumulative ACK's last advance all the same: SACKed
+    /// data is not yet the receiving application's, and a cumulative ACK stuck behind one hole for
+    /// the threshold is a stop whatever the SACKs say (the capture's truth counts the cumulative
+    /// ACK). Without SACK a duplicate ACK also counts as delivered, so only a scoreboard with
+    /// SACKed segments counts.
     fn sacked_progress(&mut self, cfg: &StopConfig, ts: u64, s: &Sample) {
         let Some((t0, d0)) = self.delivered_at.replace((ts, s.delivered)) else { return };
         let segs = s.delivered.wrapping_sub(d0);
@@ -405,8 +407,9 @@ impl Conn {
             return;
         }
         let rate = f64::from(segs) * f64::from(self.mss.max(1)) / ((ts - t0) as f64 / 1e9);
-        if rate > self.slow_rate(cfg) {
-            self.restart(ts);
+        let last = self.last_advance();
+        if rate > self.slow_rate(cfg) && last > self.anchor.0 {
+            self.restart(last);
         }
     }
 
