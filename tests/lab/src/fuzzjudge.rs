@@ -248,7 +248,7 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
 
 /// The bounds of judge.rs for a network stop: start within max(10 % of the stall, RTT, 60 ms); the end
 /// within that of the truth's (later by up to max(that, 1 s): the daemon finds it at its next look);
-/// first reported while it lasts, within max(2 max(RTT, srtt) + 200 ms, srtt + 240 ms) of its reported start (srtt: the
+/// first reported while it lasts, within max(2 max(RTT, srtt) + 200 ms, 3 srtt + 240 ms) of its reported start (srtt: the
 /// larger of the capture's and the report's, which includes the bottleneck queue); owner network in
 /// every report.
 /// A report made as the stall began (within one bulk sample, `REPORT_EDGE_S`) that names the owner
@@ -280,9 +280,11 @@ fn judge_network(s: &Stall, prev: Option<&Stall>, reps: &[&Reported], rtt_s: f64
     // Nothing can be known of a stall whose data left after an idle the daemon saw (no ACK tells
     // of the send) before the sender's first timeout, at srtt + 200 ms (tcp_rto_min) at the
     // earliest, read and ticked within 2 x 20 ms (seed 23 run 1: 7 ms srtt, a send after a pause
-    // into a reverse outage, reported 225 ms after it at its timeout against 215 ms).
+    // into a reverse outage, reported 225 ms after it at its timeout against 215 ms). A tail-loss
+    // probe 2 srtt after the send that carries new data re-arms that timer and leaves no resend to
+    // see: 3 srtt + 200 ms (seed 67 run 31, and seed 23 run 1 once its start was dated so).
     let srtt = rtt_s.max(s.srtt_s).max(g.srtt_s);
-    let limit = (2.0 * srtt + 0.2).max(srtt + 0.24);
+    let limit = (2.0 * srtt + 0.2).max(3.0 * srtt + 0.24);
     if g.first_ts - g.start > limit + 1e-3 && s.duration() > limit + 0.2 {
         v.failures
             .push(format!("{what}: first reported {:.3}s after its start (limit {limit:.3}s)", g.first_ts - g.start));
@@ -467,8 +469,8 @@ mod tests {
         assert_eq!(judge(&[f.clone()], &[], 0.02).failures.len(), 1);
         let late = vec![stop("network", "rto", T0 + 3.0, T0 + 4.0, Some(2.6))];
         assert!(judge(&[f.clone()], &late, 0.02).failures.iter().any(|x| x.contains("first reported")));
-        // At a 20 ms srtt the limit is srtt + 240 ms (the first timeout at its earliest, read and
-        // ticked): 250 ms passes, 270 ms does not.
+        // At a 20 ms srtt the limit is 3 srtt + 240 ms (the first timeout at its earliest after a
+        // tail-loss probe, read and ticked): 290 ms passes, 310 ms does not.
         let ok = |after: f64| {
             let r = vec![
                 stop("network", "rto", T0 + 3.0, T0 + 3.0 + after, None),
@@ -476,7 +478,7 @@ mod tests {
             ];
             !judge(&[f.clone()], &r, 0.02).failures.iter().any(|x| x.contains("first reported"))
         };
-        assert!(ok(0.25) && !ok(0.27));
+        assert!(ok(0.29) && !ok(0.31));
         let undet = vec![
             stop("undetermined", "undetermined", T0 + 3.0, T0 + 3.2, None),
             stop("network", "rto", T0 + 3.0, T0 + 5.6, Some(2.6)),

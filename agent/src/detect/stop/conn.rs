@@ -170,9 +170,16 @@ impl Conn {
             Body::LostRetrans(r) => self.ev.lost_again(r.since_prev_ns),
             Body::Rto(r) => {
                 self.hold = self.hold.in_flight_at(ts, r.packets_out);
-                // The timer was armed by the first send after the idle (or re-armed later), rto
-                // before it fired.
-                self.sent_after_idle(cfg, ts, u64::from(r.rto_us) * 1000);
+                // The timer was armed by the first send after the idle, rto before it fired, or
+                // re-armed by a tail-loss probe 2 srtt (at most rto) after that send. A probe that
+                // resends leaves a record (and dates the send itself); one that carried new data
+                // leaves none, so a first timeout with no resend before it had one such probe.
+                let rto = u64::from(r.rto_us) * 1000;
+                let probe = match (self.ev.rtos, self.ev.retrans_segs) {
+                    (0, 0) => (2 * u64::from(self.srtt_us) * 1000).min(rto),
+                    _ => 0,
+                };
+                self.sent_after_idle(cfg, ts, rto + probe);
                 self.ev.timed_out(ts, r);
             }
             Body::CaState(s) => self.ev.saw_cwnd(s.cwnd, s.new),

@@ -158,7 +158,7 @@ fn a_connection_closed_with_data_outstanding_stops_by_its_timeouts() {
     r.ticks(first, first + 100 * MS);
     let f = r.first();
     assert_eq!(verdict(f), (StopOwner::Network, StopCause::Rto), "{f:?}");
-    assert!(f.start_ns >= closed && f.start_ns < first, "dated before the timeout: {}", f.start_ns);
+    assert!(f.start_ns >= t && f.start_ns < first, "dated after the last delivery, before the timeout: {}", f.start_ns);
     assert!(r.wants_snapshot() || r.out.iter().all(|f| f.ongoing), "looks are asked for while it lasts");
     // A look after the outage shows the data delivered: the stop ends there.
     let resumed = first + 2000 * MS;

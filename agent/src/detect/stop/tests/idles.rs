@@ -68,12 +68,14 @@ fn first_stop_after_idle_resend(resend: Body, after_ms: u64, looked: bool) -> (F
 
 /// Lab fuzz seed 23 run 1: a sender resumed into a reverse outage, its stop dated 0.28 s late;
 /// run 82: a burst into an outage whose first sign was a tail-loss probe; seed 31 run 39: the
-/// same after a snapshot showed the burst in flight.
+/// same after a snapshot showed the burst in flight. Seed 67 run 31 (175 ms path, a black hole):
+/// the probe carried new data and re-armed the timer, and the stop was dated from the probe, 0.54 s
+/// late: a first timeout with no resend before it comes 2 srtt + rto after the send.
 #[test]
 fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_first_resend_reveals() {
-    // The first timeout, rto after the send that armed it.
+    // The first timeout: a probe with new data 2 srtt (40 ms) after the send re-armed the timer.
     let timeout = Body::Rto(rto(210_000, 1, 500));
-    let (first, resumed) = first_stop_after_idle_resend(timeout.clone(), 210, false);
+    let (first, resumed) = first_stop_after_idle_resend(timeout.clone(), 250, false);
     assert_eq!(first.owner, Some(StopOwner::Network));
     assert_eq!(first.start_ns, resumed, "dated from the send the timer was armed by");
     // A tail-loss probe in CA state Open, 2 srtt after the last send.
@@ -82,7 +84,7 @@ fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_first_resen
     assert_eq!(first.owner, Some(StopOwner::Network));
     assert_eq!(first.start_ns, resumed, "dated from the send the probe timer was armed by");
     // The same when a snapshot showed the data in flight before the resend.
-    for (resend, after_ms) in [(timeout, 210), (probe, 40)] {
+    for (resend, after_ms) in [(timeout, 250), (probe, 40)] {
         let (first, resumed) = first_stop_after_idle_resend(resend, after_ms, true);
         assert_eq!(first.start_ns, resumed, "dated from the send after a look that showed it in flight");
     }
