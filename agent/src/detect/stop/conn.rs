@@ -68,6 +68,8 @@ pub(super) struct Conn {
     /// Ramping up after an idle long enough for the kernel to restart from its initial window:
     /// the rate before the idle is no yardstick until delivery reaches its share of it again.
     pub ramp: bool,
+    /// A snapshot showed SACK not negotiated: the kernel sends no tail-loss probes then.
+    pub no_sack: bool,
 }
 
 impl Conn {
@@ -100,6 +102,7 @@ impl Conn {
             named: None,
             delivered_at: None,
             ramp: false,
+            no_sack: false,
         }
     }
 
@@ -142,6 +145,7 @@ impl Conn {
             }
             Body::Snapshot(s) => {
                 self.established |= s.state == ESTABLISHED;
+                self.no_sack = s.state == ESTABLISHED && !s.options.sack;
                 if s.srtt_us > 0 {
                     self.srtt_us = s.srtt_us;
                 }
@@ -173,10 +177,11 @@ impl Conn {
                 // The timer was armed by the first send after the idle, rto before it fired, or
                 // re-armed by a tail-loss probe 2 srtt (at most rto) after that send. A probe that
                 // resends leaves a record (and dates the send itself); one that carried new data
-                // leaves none, so a first timeout with no resend before it had one such probe.
+                // leaves none, so a first timeout with no resend before it had one such probe
+                // (SACK connections only: the kernel probes no other).
                 let rto = u64::from(r.rto_us) * 1000;
-                let probe = match (self.ev.rtos, self.ev.retrans_segs) {
-                    (0, 0) => (2 * u64::from(self.srtt_us) * 1000).min(rto),
+                let probe = match (self.ev.rtos, self.ev.retrans_segs, self.no_sack) {
+                    (0, 0, false) => (2 * u64::from(self.srtt_us) * 1000).min(rto),
                     _ => 0,
                 };
                 self.sent_after_idle(cfg, ts, rto + probe);

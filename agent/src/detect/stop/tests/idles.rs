@@ -84,10 +84,24 @@ fn data_sent_into_an_outage_after_an_idle_is_dated_from_the_send_its_first_resen
     assert_eq!(first.owner, Some(StopOwner::Network));
     assert_eq!(first.start_ns, resumed, "dated from the send the probe timer was armed by");
     // The same when a snapshot showed the data in flight before the resend.
-    for (resend, after_ms) in [(timeout, 250), (probe, 40)] {
+    for (resend, after_ms) in [(timeout.clone(), 250), (probe, 40)] {
         let (first, resumed) = first_stop_after_idle_resend(resend, after_ms, true);
         assert_eq!(first.start_ns, resumed, "dated from the send after a look that showed it in flight");
     }
+    // Without SACK the kernel sends no probe: the first timeout comes rto after the send.
+    let (mut r, t, acked) = Run::healthy(1000);
+    let mut plain = match snapshot(acked, 0, 0, 1 << 22, 10_000) {
+        Body::Snapshot(s) => s,
+        _ => unreachable!(),
+    };
+    plain.options.sack = false;
+    r.see(t + 10 * MS, Body::Snapshot(plain));
+    r.see(t + 20 * MS, drained(acked + 100_000, 0, 1 << 22));
+    let resumed = t + 1520 * MS;
+    r.ticks(t + 20 * MS, resumed + 200 * MS);
+    r.see(resumed + 210 * MS, timeout);
+    r.ticks(resumed + 210 * MS, resumed + 600 * MS);
+    assert_eq!(r.first().start_ns, resumed, "no SACK, no probe: {:?}", r.first());
 }
 
 /// Lab fuzz seed 23 run 56: a 2 Mbit/s sender's burst crossing 1 MiB after an idle the kernel did

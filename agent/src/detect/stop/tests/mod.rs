@@ -11,6 +11,7 @@ mod sacked;
 use super::{StopConfig, StopDetector};
 use crate::detect::owner::StopOwner;
 use crate::detect::tests_support;
+use crate::model::event::Options;
 use crate::model::event::{Rto, CA_RECOVERY};
 use crate::model::{Body, ConnId, Event, Finding, Retrans, Snap, StopCause, Tuple};
 
@@ -142,11 +143,12 @@ fn drained(acked: u64, unsent: u32, wnd: u32) -> Body {
     Body::Sample(s)
 }
 
-/// A snapshot: bytes acknowledged, segments in flight, bytes waiting, the peer's window and how
-/// long ago the last ACK came.
+/// A snapshot of a SACK connection: bytes acknowledged, segments in flight, bytes waiting, the
+/// peer's window and how long ago the last ACK came.
 fn snapshot(acked: u64, packets_out: u32, unsent: u32, wnd: u32, last_ack_age_us: u32) -> Body {
     Body::Snapshot(Snap {
         state: 1,
+        options: Options { sack: true, ..Default::default() },
         srtt_us: 20_000,
         mss: 1448,
         packets_out,
