@@ -32,6 +32,8 @@ pub(super) struct Conn {
     pub resume: Option<u64>,
     /// ACKs and bytes delivered since `resume`: the stop's own if the resumption falls through.
     pub resumed_delivery: (u32, u64),
+    /// When delivery last began to resume during the stop in progress, whether or not it held.
+    pub began_resuming: Option<u64>,
     /// Delivery was seen healthy at least once (a baseline exists).
     pub seen_healthy: bool,
     /// Left ESTABLISHED: the final ACKs are not sampled, so no stop is judged.
@@ -65,6 +67,8 @@ pub(super) struct Conn {
     pub named: Option<Mechanism>,
     /// The last sample's time and segments delivered, SACKed ones included (tp->delivered).
     pub delivered_at: Option<(u64, u32)>,
+    /// When a sample last showed segments delivered, SACKed ones included.
+    pub delivered_ts: u64,
     /// Ramping up after an idle long enough for the kernel to restart from its initial window:
     /// the rate before the idle is no yardstick until delivery reaches its share of it again.
     pub ramp: bool,
@@ -88,6 +92,7 @@ impl Conn {
             hist: VecDeque::new(),
             resume: None,
             resumed_delivery: (0, 0),
+            began_resuming: None,
             seen_healthy: false,
             closing: false,
             last_stop: None,
@@ -101,6 +106,7 @@ impl Conn {
             path_answer: None,
             named: None,
             delivered_at: None,
+            delivered_ts: 0,
             ramp: false,
             no_sack: false,
         }
@@ -206,7 +212,13 @@ impl Conn {
                 self.established |= st.new == ESTABLISHED || st.old == ESTABLISHED;
                 self.closing = st.new != ESTABLISHED;
                 if let Some(start) = self.active.filter(|_| self.closing) {
-                    if st.new == CLOSE || !self.outlives_close() {
+                    if st.new == CLOSE && self.outlives_close() {
+                        // Gone with data outstanding: the transfer was aborted (a reset, or the
+                        // application gave up), and what it left unacknowledged is no measure of
+                        // the path. A stop whose delivery had begun to resume ended there.
+                        let end = self.resume.or(self.began_resuming).unwrap_or(ts).max(start);
+                        self.end(cfg, ts, start, end, out);
+                    } else if st.new == CLOSE || !self.outlives_close() {
                         self.end(cfg, ts, start, ts, out);
                     }
                 }
@@ -304,7 +316,7 @@ impl Conn {
                 // Delivery must stay healthy for a window before the stop counts as over:
                 // a window probe or one burst does not end it.
                 let w = self.resume_window();
-                self.resume.get_or_insert(ack_ts);
+                self.began_resuming = Some(*self.resume.get_or_insert(ack_ts));
                 self.delivered_during(gained);
                 while let Some(resumed) = self.resume.filter(|&r| ack_ts >= r + w) {
                     let (holds_from, _) = self.resumption(cfg, resumed, ack_ts);
@@ -415,6 +427,9 @@ impl Conn {
     fn sacked_progress(&mut self, cfg: &StopConfig, ts: u64, s: &Sample) {
         let Some((t0, d0)) = self.delivered_at.replace((ts, s.delivered)) else { return };
         let segs = s.delivered.wrapping_sub(d0);
+        if segs > 0 {
+            self.delivered_ts = ts;
+        }
         if self.active.is_some() || s.sacked_out == 0 || segs == 0 || ts <= t0.max(self.anchor.0) || !self.bulk(cfg) {
             return;
         }

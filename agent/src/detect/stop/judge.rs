@@ -52,11 +52,13 @@ impl Conn {
             return;
         }
         if self.owner_so_far() == StopOwner::Receiver && h.in_flight > 0 && h.usable_wnd >= u64::from(h.mss.max(1)) {
-            // The receiver's window is open again and data is in flight: if delivery then stops
-            // for a stall's length, the receiver's stall ended when its window opened and the
-            // silence is a stall of its own, judged afresh from the last delivery since.
+            // The receiver's window is open again and data is in flight: if nothing at all is
+            // delivered then for a stall's length, SACKed segments included, the receiver's stall
+            // ended when its window opened and the silence is a stall of its own, judged afresh
+            // from the last delivery since. Holes in the burst that refilled the window, repaired
+            // while SACKs arrive, are the receiver's stop winding down (lab fuzz seed 73 run 13).
             let opened = *self.opened.get_or_insert(h.ts_ns);
-            let since = self.last_advance().max(opened);
+            let since = self.last_advance().max(opened).max(self.delivered_ts);
             if now >= since + cfg.threshold_ns(self.srtt_us) * 3 / 5 {
                 let end = opened.max(start);
                 self.last_stop = Some((start, end, StopOwner::Receiver));
@@ -345,6 +347,7 @@ impl Conn {
         self.was_receivers = false;
         self.resume = None;
         self.resumed_delivery = (0, 0);
+        self.began_resuming = None;
         self.asked = None;
         self.ev = Evidence::default();
         self.path_answer = None;

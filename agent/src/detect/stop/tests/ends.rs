@@ -406,3 +406,26 @@ fn a_stall_inside_the_resume_window_ends_the_stop_only_after_it() {
     let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));
     assert_eq!(end_ns(end), again, "ended at {}, not at the first resumption ({resumed})", end_ns(end));
 }
+
+/// Lab fuzz seed 73 run 11 (15 ms RTT, an outage both ways): after the outage the cumulative ACK
+/// moved for 15 ms and then stood behind a hole never repaired, until the receiving application
+/// ended the test and reset the connection 2.1 s later with 5000 segments outstanding. The stop
+/// was ended at the close; the capture's truth ends it where delivery resumed, and the aborted
+/// transfer's tail is no stall.
+#[test]
+fn a_connection_aborted_with_data_outstanding_ends_its_stop_where_delivery_began_to_resume() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let at = r.three_timeouts(t);
+    let resumed = at + 20 * MS;
+    r.see_and_tick(resumed, sample(acked + 5_000_000, 80, CA_RECOVERY, 1 << 20));
+    let mut now = resumed;
+    while now < resumed + 2000 * MS {
+        now += 50 * MS;
+        r.see_and_tick(now, sample(acked + 5_000_000, 80, CA_RECOVERY, 1 << 20));
+    }
+    assert!(r.out.iter().all(|f| f.ongoing), "{:?}", r.out);
+    r.see(now + 10 * MS, Body::State(StateChange { old: 1, new: 8 }));
+    r.see(now + 20 * MS, Body::State(StateChange { old: 9, new: 7 }));
+    let last = r.last();
+    assert!(!last.ongoing && end_ns(last) == resumed, "{last:?}");
+}

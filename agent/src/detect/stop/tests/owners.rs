@@ -262,3 +262,30 @@ fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
     assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
     assert_eq!(network[0].start_ns, last, "from the last delivery");
 }
+
+/// Lab fuzz seed 73 run 13 (35 ms RTT, a stream losing 2 % on its own lane): the burst that
+/// refilled a receiver's window after 14.6 s lost segments, and the cumulative ACK stood still
+/// behind them for a stall's length while SACKs arrived. That was split off the receiver's stop as
+/// a `slow_recovery` stop of the network's, where the capture shows no stall: only silence,
+/// SACKed segments included, makes the stall after the window opened one of its own.
+#[test]
+fn holes_in_the_burst_that_refills_the_window_repaired_while_sacks_arrive_stay_the_receivers() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 400 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    let opened = t + 400 * MS;
+    let mut s = tests_support::sample(acked);
+    (s.delivered, s.packets_out) = (10_000, 300);
+    r.see_and_tick(opened, Body::Sample(s));
+    // The cumulative ACK stuck behind a hole for 200 ms while SACKs arrive and holes are resent.
+    for k in 1..=4u32 {
+        let at = opened + u64::from(k) * 50 * MS;
+        r.see(at, Body::Retrans(retrans(CA_RECOVERY, 300, 300)));
+        let mut s = tests_support::sample(acked);
+        (s.delivered, s.sacked_out, s.packets_out, s.ca_state) = (10_000 + 60 * k, 60 * k, 300, CA_RECOVERY);
+        r.see_and_tick(at, Body::Sample(s));
+    }
+    r.healthy_from(opened + 200 * MS, acked + 500_000, 500);
+    assert!(r.out.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+}
