@@ -263,20 +263,23 @@ def throughput():
     # and the ratio within each pair is what is kept, its median the figure.
     print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} pairs of 5 s, order alternating:")
     h = holder(10000)
-    off, on = [], []
+    off, on, busy = [], [], []
+    def with_daemon():
+        d = daemon_up()
+        c0, w0 = cpu(d.pid), time.time()
+        on.append(iperf(5))
+        busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
+        d.send_signal(signal.SIGINT); d.wait()
     for i in range(PAIRS):
         if i % 2 == 0:
             off.append(iperf(5))
-            d = daemon_up()
-            on.append(iperf(5))
-            d.send_signal(signal.SIGINT); d.wait()
+            with_daemon()
         else:
-            d = daemon_up()
-            on.append(iperf(5))
-            d.send_signal(signal.SIGINT); d.wait()
+            with_daemon()
             time.sleep(2)
             off.append(iperf(5))
-        print(f"  pair {i + 1}/{PAIRS}: {off[-1]:.1f} Gbit/s without, {on[-1]:.1f} with: {on[-1] / off[-1] * 100:.1f} %", flush=True)
+        print(f"  pair {i + 1}/{PAIRS}: {off[-1]:.1f} Gbit/s without, {on[-1]:.1f} with: {on[-1] / off[-1] * 100:.1f} % "
+              f"(the daemon's own CPU meanwhile: {busy[-1]:.1f} % of a core)", flush=True)
     stop(h)
     mo, mn = statistics.median(off), statistics.median(on)
     per_pair = statistics.median([b / a for a, b in zip(off, on)])
