@@ -56,7 +56,7 @@ impl Conn {
             // delivered then for a stall's length, SACKed segments included, the receiver's stall
             // ended when its window opened and the silence is a stall of its own, judged afresh
             // from the last delivery since. Holes in the burst that refilled the window, repaired
-            // while SACKs arrive, are the receiver's stop winding down (lab fuzz seed 73 run 13).
+            // while SACKs arrive, are the receiver's stop winding down.
             let opened = *self.opened.get_or_insert(h.ts_ns);
             let since = self.last_advance().max(opened).max(self.delivered_ts);
             if now >= since + cfg.threshold_ns(self.srtt_us) * 3 / 5 {
