@@ -42,7 +42,8 @@ impl Conn {
             // whatever waits behind the window now. It ended when delivery resumed, unless the
             // data waiting stalls once sent within the resume window (then it goes on); a
             // receiver's stall after it is a stop of its own.
-            let (from, known) = self.resumption(cfg, self.resume.unwrap_or(h.ts_ns), now);
+            let resumed = self.resume.unwrap_or_else(|| self.last_advance());
+            let (from, known) = self.resumption(cfg, resumed, now);
             if known || !h.outstanding() {
                 let end = from.max(start);
                 self.last_stop = Some((start, end, StopOwner::Network));

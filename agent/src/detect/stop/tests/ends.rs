@@ -429,3 +429,25 @@ fn a_connection_aborted_with_data_outstanding_ends_its_stop_where_delivery_began
     let last = r.last();
     assert!(!last.ongoing && end_ns(last) == resumed, "{last:?}");
 }
+
+/// Lab fuzz seed 79 run 28 (282 ms RTT): a reverse outage held the last two segments before a
+/// receiver's 27 s pause; when it lifted their ACK emptied the pipe behind a closed window. The
+/// network's stop waited for a stall inside the resume window counted from each new look, and
+/// looks came faster than that window: it went on as the network's through the receiver's pause.
+#[test]
+fn a_network_stop_ends_after_its_last_ack_though_looks_keep_finding_the_window_closed() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let at = r.three_timeouts(t);
+    let last = at + 20 * MS;
+    r.see_and_tick(last, drained(acked + 2896, 4 << 20, 0));
+    let mut now = last;
+    while now < last + 3000 * MS {
+        now += 100 * MS;
+        r.see_and_tick(now, snapshot(acked + 2896, 0, 4 << 20, 0, ((now - last) / 1000) as u32));
+    }
+    let network = r.out[0].start_ns;
+    let (net, rcv): (Vec<_>, Vec<_>) = r.out.iter().partition(|f| f.start_ns == network);
+    let end = net.last().expect("network");
+    assert!(!end.ongoing && end_ns(end) == last, "{end:?}");
+    assert!(!rcv.is_empty() && rcv.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{rcv:?}");
+}
