@@ -24,12 +24,15 @@ impl Conn {
 
     /// Where the resumption that began at `resumed` stands at `now`: the advance it holds from,
     /// and whether that is known yet. A stall with data in flight that begins within the resume
-    /// window and lasts 0.6 of the threshold (long enough to count as a stall by itself) is the
-    /// stop going on: the resumption moves to the advance that ended it. It is known once an
-    /// advance past the window has come, or with none, once no stall can have begun unseen.
+    /// window is the stop going on: the resumption moves to the advance that ended it. A stall
+    /// here is half the threshold without an advance (a little under what counts as a stall by
+    /// itself: the srtt after an outage is noisy, and one stop too long by a window is a smaller
+    /// error than one ended early), and never under two of the kernel's 50 ms bulk samples, whose
+    /// spacing alone says nothing. It is known once an advance past the window has come, or with
+    /// none, once no stall can have begun unseen.
     pub fn resumption(&self, cfg: &StopConfig, resumed: u64, now: u64) -> (u64, bool) {
         let w = self.resume_window();
-        let stall = cfg.threshold_ns(self.srtt_us) * 3 / 5;
+        let stall = (cfg.threshold_ns(self.srtt_us) / 2).max(100_000_000);
         let mut from = resumed;
         // Where a stall would begin: the last advance, or the first look with data in flight
         // after an advance that left none (data sent after an idle).
