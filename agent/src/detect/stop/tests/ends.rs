@@ -250,6 +250,13 @@ fn a_resumption_that_falls_through_counts_its_delivery_as_the_stops() {
     assert_eq!(end.evidence["bytes_delivered_during"], 700_000, "{}", end.evidence);
 }
 
+/// A sample at `srtt_us`.
+fn at_srtt(acked: u64, srtt_us: u32) -> Body {
+    let mut s = tests_support::sample(acked);
+    s.srtt_us = srtt_us;
+    Body::Sample(s)
+}
+
 /// A sample on a 200 ms path: the window that confirms a resumption is 400 ms.
 fn on_long_path(acked: u64, ca: u8) -> Body {
     let mut s = tests_support::sample(acked);
@@ -383,25 +390,20 @@ fn everything_delivered_then_the_waiting_data_flowing_ends_the_stop_at_the_jump(
 /// truth joins the two stalls (the lab's fuzz judge); the stop was ended at the first resumption.
 #[test]
 fn a_stall_inside_the_resume_window_ends_the_stop_only_after_it() {
-    let on_100ms = |acked: u64| {
-        let mut s = tests_support::sample(acked);
-        s.srtt_us = 100_000;
-        Body::Sample(s)
-    };
     let (mut r, t, acked) = Run::healthy(1000);
     let at = r.three_timeouts(t);
     let resumed = at + 20 * MS;
     let mut a = acked + 2_000_000;
-    r.see_and_tick(resumed, on_100ms(a));
+    r.see_and_tick(resumed, at_srtt(a, 100_000));
     a += 300_000;
-    r.see_and_tick(resumed + 50 * MS, on_100ms(a));
+    r.see_and_tick(resumed + 50 * MS, at_srtt(a, 100_000));
     // 0.19 s without an advance (a stall is 0.6 x 300 ms = 180 ms at 100 ms srtt).
     r.ticks(resumed + 50 * MS, resumed + 240 * MS);
     let again = resumed + 240 * MS;
     let mut now = again;
     while now < again + 600 * MS {
         a += 1_250_000;
-        r.see_and_tick(now, on_100ms(a));
+        r.see_and_tick(now, at_srtt(a, 100_000));
         now += 50 * MS;
     }
     assert!(r.out.iter().all(|f| f.start_ns == t), "one stop: {:?}", r.out);
@@ -460,22 +462,17 @@ fn a_network_stop_ends_after_its_last_ack_though_looks_keep_finding_the_window_c
 /// stall inside the window counts from half the threshold.
 #[test]
 fn a_stall_inside_the_resume_window_counts_from_half_the_threshold() {
-    let on_81ms = |acked: u64| {
-        let mut s = tests_support::sample(acked);
-        s.srtt_us = 81_000;
-        Body::Sample(s)
-    };
     let (mut r, t, acked) = Run::healthy(1000);
     let at = r.three_timeouts(t);
     let jump = at + 20 * MS;
     let mut a = acked + 2_000_000;
-    r.see_and_tick(jump, on_81ms(a));
+    r.see_and_tick(jump, at_srtt(a, 81_000));
     r.ticks(jump, jump + 150 * MS);
     let again = jump + 150 * MS;
     let mut now = again;
     while now < again + 600 * MS {
         a += 1_250_000;
-        r.see_and_tick(now, on_81ms(a));
+        r.see_and_tick(now, at_srtt(a, 81_000));
         now += 50 * MS;
     }
     let end = r.out.iter().find(|f| !f.ongoing).unwrap_or_else(|| panic!("never ended: {:?}", r.out));

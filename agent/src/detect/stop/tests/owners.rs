@@ -242,10 +242,7 @@ fn a_sender_ramping_up_from_a_small_window_is_no_network_stop() {
 /// timeouts; the capture shows two stalls, the receiver's and then the network's.
 #[test]
 fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
-    let (mut r, t, acked) = Run::healthy(1000);
-    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
-    r.ticks(t + 10 * MS, t + 400 * MS);
-    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    let (mut r, t, acked) = receivers_stop_of_400ms();
     // The window opens: a burst goes out, part of it is delivered, then nothing.
     let opened = t + 400 * MS;
     r.see_and_tick(opened, sample(acked, 80, 0, 1 << 20));
@@ -270,10 +267,7 @@ fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
 /// SACKed segments included, makes the stall after the window opened one of its own.
 #[test]
 fn holes_in_the_burst_that_refills_the_window_repaired_while_sacks_arrive_stay_the_receivers() {
-    let (mut r, t, acked) = Run::healthy(1000);
-    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
-    r.ticks(t + 10 * MS, t + 400 * MS);
-    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    let (mut r, t, acked) = receivers_stop_of_400ms();
     let opened = t + 400 * MS;
     let mut s = tests_support::sample(acked);
     (s.delivered, s.packets_out) = (10_000, 300);
@@ -288,4 +282,14 @@ fn holes_in_the_burst_that_refills_the_window_repaired_while_sacks_arrive_stay_t
     }
     r.healthy_from(opened + 200 * MS, acked + 500_000, 500);
     assert!(r.out.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+}
+
+/// A connection whose receiver closed its window after 1 s of delivery, 400 ms ago: a receiver's
+/// stop runs. Returns it, when the window closed (less 10 ms) and the bytes acknowledged.
+fn receivers_stop_of_400ms() -> (Run, u64, u64) {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 400 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
+    (r, t, acked)
 }
