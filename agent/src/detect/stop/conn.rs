@@ -51,6 +51,8 @@ pub(super) struct Conn {
     /// The receiver's stop in progress: when a look first showed its window open and data in
     /// flight again.
     pub opened: Option<u64>,
+    /// The receiver's stop in progress: a look found its window closed and nothing in flight.
+    pub emptied: bool,
     /// When a look last showed nothing to send, until something is delivered after it: data in
     /// flight since then left after it.
     pub idle_at: Option<u64>,
@@ -100,6 +102,7 @@ impl Conn {
             verdict: None,
             was_receivers: false,
             opened: None,
+            emptied: false,
             idle_at: None,
             established: false,
             answered: None,

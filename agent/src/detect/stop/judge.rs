@@ -52,12 +52,19 @@ impl Conn {
             }
             return;
         }
-        if self.owner_so_far() == StopOwner::Receiver && h.in_flight > 0 && h.usable_wnd >= u64::from(h.mss.max(1)) {
-            // The receiver's window is open again and data is in flight: if nothing at all is
-            // delivered then for a stall's length, SACKed segments included, the receiver's stall
-            // ended when its window opened and the silence is a stall of its own, judged afresh
-            // from the last delivery since. Holes in the burst that refilled the window, repaired
-            // while SACKs arrive, are the receiver's stop winding down.
+        let room = h.usable_wnd >= u64::from(h.mss.max(1));
+        if self.owner_so_far() == StopOwner::Receiver && h.in_flight == 0 && !room {
+            self.emptied = true;
+        }
+        if self.owner_so_far() == StopOwner::Receiver && h.in_flight > 0 && (room || self.emptied) {
+            // The receiver's window is open again and data is in flight (with room left, or sent
+            // since a look found the window closed and nothing out: the burst that refilled it
+            // may use it all). If nothing at all is delivered then for a stall's length, SACKed
+            // segments included, the receiver's stall ended when its window opened and the
+            // silence is a stall of its own, judged afresh from the last delivery since: a
+            // receiver acknowledges what fits its window whether it reads or not. Holes in the
+            // burst that refilled the window, repaired while SACKs arrive, are the receiver's
+            // stop winding down.
             let opened = *self.opened.get_or_insert(h.ts_ns);
             let since = self.last_advance().max(opened).max(self.delivered_ts);
             if now >= since + cfg.threshold_ns(self.srtt_us) * 3 / 5 {
@@ -354,6 +361,7 @@ impl Conn {
         self.path_answer = None;
         self.named = None;
         self.opened = None;
+        self.emptied = false;
     }
 
     /// The stop from `start`, ended at `end` or in progress at `now`.

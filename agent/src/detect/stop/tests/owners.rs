@@ -260,6 +260,33 @@ fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
     assert_eq!(network[0].start_ns, last, "from the last delivery");
 }
 
+/// Lab fuzz seed 83 run 74 (6 ms RTT, bbr): a black hole began as a receiver's 0.88 s pause
+/// ended, and the burst that refilled its window used all of it (65 segments in flight, no room
+/// for another). The split above waited for room for a segment, so the receiver's stop went on
+/// into the network's and the network's was dated 0.38 s early, from the receiver's.
+#[test]
+fn a_window_refilled_to_the_brim_then_silence_is_two_stops() {
+    let (mut r, t, acked) = receivers_stop_of_400ms();
+    let opened = t + 400 * MS;
+    let full = |acked: u64, packets_out: u32| {
+        let mut s = tests_support::sample(acked);
+        (s.packets_out, s.snd_una, s.snd_nxt, s.snd_wnd) =
+            (packets_out, 5000, 5000 + packets_out * 1448, packets_out * 1448);
+        Body::Sample(s)
+    };
+    r.see_and_tick(opened, full(acked, 65));
+    let last = opened + 10 * MS;
+    r.see_and_tick(last, full(acked + 8 * 1448, 65));
+    r.three_timeouts(last);
+    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
+    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+    let end = receivers.last().expect("the receiver's stop");
+    assert!(!end.ongoing && end_ns(end) == opened, "ended when the window opened: {end:?}");
+    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
+    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    assert_eq!(network[0].start_ns, last, "from the last delivery");
+}
+
 /// Lab fuzz seed 73 run 13 (35 ms RTT, a stream losing 2 % on its own lane): the burst that
 /// refilled a receiver's window after 14.6 s lost segments, and the cumulative ACK stood still
 /// behind them for a stall's length while SACKs arrived. That was split off the receiver's stop as
