@@ -97,6 +97,9 @@ pub struct FlowTruth {
 /// stretch where delivery was slow.
 pub const REPORT_EDGE_S: f64 = 0.05;
 
+/// New data sent this soon after the ACK that emptied the pipe was waiting for that ACK.
+const ACK_CLOCKED_S: f64 = 0.002;
+
 impl FlowTruth {
     /// Network or receiver stalls (application idles are never stops).
     pub fn had_stop(&self) -> bool {
@@ -206,8 +209,10 @@ struct Flow {
     wait: Option<(f64, bool, u64, u32, u64)>,
     /// When the window reached one MSS inside an idle wait.
     opened: Option<f64>,
-    /// A reset ended the connection: what was open then is no stall (an aborted transfer).
+    /// A reset ended the connection: what was open then is no stall (an aborted transfer) ...
     reset: bool,
+    /// ... unless it was a network stall already (resends, past its threshold): cut at the reset.
+    cut_at: Option<f64>,
     /// The open wait saw a capture gap.
     gap: bool,
     raw: Vec<(f64, f64, bool, u64, u32, u64, Option<f64>, f64, bool)>,
@@ -252,7 +257,13 @@ impl Flow {
         }
         if end > self.max {
             if self.max <= self.una {
-                // New data after an idle: the idle ends, a wait for its delivery begins.
+                // New data after an idle: the idle ends, a wait for its delivery begins. Sent
+                // straight after the ACK that emptied the pipe, it was waiting there for room in
+                // cwnd: a sender at a collapsed cwnd empties the pipe with every ACK, yet has data
+                // to send throughout.
+                if let Some(d) = self.delivery.last_mut().filter(|d| !d.2 && s.t - d.0 <= ACK_CLOCKED_S) {
+                    d.2 = true;
+                }
                 self.close(s.t);
                 self.wait = Some((s.t, true, self.rwnd, 0, self.una - 1));
             }
@@ -410,6 +421,11 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
         }
         if s.flags & RST != 0 {
             f.reset = true;
+            let th = threshold(f.srtt.unwrap_or(0.1));
+            if matches!(f.wait, Some((w0, true, _, retx, _)) if retx > 0 && s.t - w0 >= th) {
+                f.close(s.t);
+                f.cut_at = Some(s.t);
+            }
             f.wait = None;
             continue;
         }
@@ -436,8 +452,8 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
             f.close(cap_end);
         }
         let mut stalls = classify(&f);
-        if open {
-            if let Some(s) = stalls.last_mut().filter(|s| s.owner == Owner::Network && s.end == cap_end) {
+        for end in [open.then_some(cap_end), f.cut_at].into_iter().flatten() {
+            if let Some(s) = stalls.last_mut().filter(|s| s.owner == Owner::Network && s.end == end) {
                 s.cut = true;
             }
         }
@@ -562,6 +578,29 @@ mod tests {
         assert!(!f[0].slow_delivery(t - 0.4, t - 0.33), "too short once its edges are left out");
     }
 
+    /// Lab fuzz seed 83 run 97 (reno, 13 ms RTT, a lane losing 1.9 %): at a cwnd of two or three
+    /// segments every ACK acknowledged all that was out and the sender sent the next segments 14 us
+    /// later. The truth read each ACK as an empty pipe, so 71 kB/s against a floor of 109 kB/s was
+    /// no slow delivery and the daemon's stop over it a failure.
+    #[test]
+    fn an_ack_clocked_sender_emptying_the_pipe_with_every_ack_still_has_data_in_flight() {
+        let truth = |gap: f64| {
+            let (mut v, mut off, mut t) = bulk(1.0);
+            // One segment per 100 ms: each ACK acknowledges it, the next leaves `gap` later.
+            for _ in 0..6 {
+                v.push(seg(t + gap, true, 999 + off, 5001, ACK, 1000, 1448));
+                off += 1448;
+                t += 0.1;
+                v.push(seg(t, false, 5001, 999 + off, ACK, 4000, 0));
+            }
+            (flows(&v, is_sender, 1 << 20).remove(0), t)
+        };
+        let (f, t) = truth(0.000_02);
+        assert!(f.slow_delivery(t - 0.5, t), "a segment per 100 ms, refilled at once");
+        let (f, t) = truth(0.05);
+        assert!(!f.slow_delivery(t - 0.5, t), "the pipe empty for 50 ms each time: the sender's pauses");
+    }
+
     #[test]
     fn data_in_flight_without_delivery_is_a_network_stall() {
         let (mut v, off, t) = bulk(1.0);
@@ -659,6 +698,27 @@ mod tests {
         assert!(!f[0].had_stop());
         // Too small a connection is left out.
         assert!(flows(&v, is_sender, 100 << 20).is_empty());
+    }
+
+    /// Lab fuzz seed 83 run 38 (276 ms RTT): data sent after a sender's pause went straight into an
+    /// 11 s outage, and the receiving application reset the connection 18.7 s later with nothing
+    /// delivered. The daemon's network stop was right; the truth had dropped the stall as an
+    /// aborted transfer's and judged the report against the idle before it.
+    #[test]
+    fn a_network_stall_with_resends_ended_by_a_reset_is_a_stall_cut_there() {
+        let (mut v, off, t) = bulk(1.0);
+        let base = 999 + off;
+        v.push(seg(t + 0.01, true, base, 5001, ACK, 1000, 1448));
+        for k in 1..=3 {
+            v.push(seg(t + 0.01 + f64::from(k), true, base, 5001, ACK, 1000, 1448));
+            // resends, unanswered
+        }
+        v.push(seg(t + 5.0, false, 5001, 0, RST, 0, 0));
+        let f = flows(&v, is_sender, 1 << 20);
+        let s = &f[0].stalls;
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].owner, s[0].cause.as_str()), (Owner::Network, "retransmitting"));
+        assert!(s[0].cut && (s[0].start - (t + 0.01)).abs() < 1e-9 && (s[0].end - (t + 5.0)).abs() < 1e-9, "{s:?}");
     }
 
     #[test]
