@@ -204,7 +204,10 @@ struct Flow {
     first: f64,
     last: f64,
     srtt: Option<f64>,
-    pending: Vec<(u64, f64)>,
+    /// Segments sent once and not yet acknowledged, cumulatively or by SACK: (start, end, sent).
+    pending: Vec<(u64, u64, f64)>,
+    /// Ranges retransmitted and not yet acknowledged cumulatively.
+    retx: Vec<(u64, u64)>,
     /// Open wait: (start, in_flight, window at start, retransmissions, acked before).
     wait: Option<(f64, bool, u64, u32, u64)>,
     /// When the window reached one MSS inside an idle wait.
@@ -222,6 +225,11 @@ struct Flow {
 impl Flow {
     fn mss(&self) -> u64 {
         u64::from(if self.max_payload > 0 { self.max_payload } else { self.mss.max(536) })
+    }
+
+    fn sample_rtt(&mut self, r: f64) {
+        let r = r.max(0.0);
+        self.srtt = Some(self.srtt.map(|x| 0.875 * x + 0.125 * r).unwrap_or(r));
     }
 
     fn close(&mut self, t: f64) {
@@ -268,9 +276,11 @@ impl Flow {
                 self.wait = Some((s.t, true, self.rwnd, 0, self.una - 1));
             }
             self.max = end;
-            self.pending.push((end, s.t));
+            self.pending.push((rel, end, s.t));
         } else if end > self.una {
-            self.pending.clear(); // Karn: no RTT sample across a retransmission
+            // Karn: no RTT sample from a segment sent twice, nor from an ACK of one.
+            self.pending.retain(|&(a, e, _)| e <= rel || a >= end);
+            self.retx.push((rel, end));
             if let Some(w) = self.wait.as_mut() {
                 w.3 += 1;
             }
@@ -300,17 +310,32 @@ impl Flow {
             self.max = a;
         }
         let a = a.min(self.max.max(1));
-        let hi = s.sack.iter().map(|b| unwrap(b.1.wrapping_sub(isn), self.una)).max().unwrap_or(0).min(self.max);
+        let blocks: Vec<(u64, u64)> = s
+            .sack
+            .iter()
+            .map(|b| (unwrap(b.0.wrapping_sub(isn), self.una), unwrap(b.1.wrapping_sub(isn), self.una).min(self.max)))
+            .collect();
+        let hi = blocks.iter().map(|b| b.1).max().unwrap_or(0);
+        // RTT samples from segments the SACK blocks newly cover, as the kernel takes them: in a
+        // long recovery the cumulative ACK moves only with repaired holes (no sample by Karn's
+        // rule), and the srtt must still follow the queue the path builds meanwhile (seed 97 run 8:
+        // an srtt frozen at 219 ms against the kernel's 471 made a 1 s wait a stall).
+        let sacked = |&(a, e, _): &(u64, u64, f64)| blocks.iter().any(|b| a >= b.0 && e <= b.1);
+        if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 > self.sack_hi && sacked(p)) {
+            self.sample_rtt(s.t - sent);
+        }
+        self.pending.retain(|p| !sacked(p));
         // Delivery is the cumulative ACK advancing, as the daemon counts it (bytes_acked) and as
         // issue 11 defines the truth: SACKed data behind a hole is not delivered to the receiver
         // application (seed 1 run 3: a 0.2 s hole repaired with SACKs flowing is a short network stall).
         let progress = a > self.una;
         if a > self.una {
-            if let Some(&(_, sent)) = self.pending.iter().rev().find(|(e, _)| *e <= a) {
-                let r = (s.t - sent).max(0.0);
-                self.srtt = Some(self.srtt.map(|x| 0.875 * x + 0.125 * r).unwrap_or(r));
+            let resent = self.retx.iter().any(|&(b, e)| b < a && e > self.una);
+            if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 <= a).filter(|_| !resent) {
+                self.sample_rtt(s.t - sent);
             }
-            self.pending.retain(|(e, _)| *e > a);
+            self.pending.retain(|p| p.1 > a);
+            self.retx.retain(|r| r.1 > a);
             self.una = a;
         }
         self.sack_hi = self.sack_hi.max(hi).max(self.una);
@@ -599,6 +624,35 @@ mod tests {
         assert!(f.slow_delivery(t - 0.5, t), "a segment per 100 ms, refilled at once");
         let (f, t) = truth(0.05);
         assert!(!f.slow_delivery(t - 0.5, t), "the pipe empty for 50 ms each time: the sender's pauses");
+    }
+
+    /// Lab fuzz seed 97 run 8 (bbr, 219 ms RTT, a lane losing 2.2 %): a hole was always open, so
+    /// every advance of the cumulative ACK acknowledged a resend and gave no RTT sample; the srtt
+    /// stayed at the 219 ms of the first second while the queue took the path's RTT to 471 ms,
+    /// and a 1 s wait, under the kernel's threshold, was a must-find stall by the truth's.
+    #[test]
+    fn the_srtt_follows_sacked_segments_through_a_long_recovery() {
+        let (mut v, mut off, t) = bulk(1.0);
+        let hole = 999 + off;
+        v.push(seg(t, true, hole, 5001, ACK, 1000, 1448));
+        off += 1448;
+        // The hole resent at 50 ms and lost again; one segment per 10 ms after it, each SACKed
+        // 100 ms after it left, the cumulative ACK stuck at the hole.
+        v.push(seg(t + 0.05, true, hole, 5001, ACK, 1000, 1448));
+        for k in 0..60 {
+            let at = t + 0.01 * f64::from(k);
+            v.push(seg(at, true, 999 + off, 5001, ACK, 1000, 1448));
+            off += 1448;
+            let mut a = seg(at + 0.1, false, 5001, hole, ACK, 4000, 0);
+            a.sack = vec![(hole + 1448, 999 + off)];
+            v.push(a);
+        }
+        // The hole repaired at last: everything acknowledged at once.
+        v.push(seg(t + 0.75, true, hole, 5001, ACK, 1000, 1448));
+        v.push(seg(t + 0.8, false, 5001, 999 + off, ACK, 4000, 0));
+        let f = flows(&v, is_sender, 1 << 20).remove(0);
+        let stall = f.stalls.iter().find(|s| s.owner == Owner::Network).expect("the wait behind the hole");
+        assert!((stall.srtt_s - 0.1).abs() < 0.02, "srtt {:.3} s, from the SACKs", stall.srtt_s);
     }
 
     #[test]
