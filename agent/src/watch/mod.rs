@@ -15,6 +15,7 @@ pub mod replay;
 pub mod ring;
 pub mod state;
 pub mod term;
+pub mod text;
 mod tui;
 pub mod views;
 

@@ -1,6 +1,9 @@
 //! Tests of the flight recorder: config, memory per sample, dumps of a stop and of a group.
 use super::*;
+use std::path::Path;
+
 use crate::plot::synth;
+use crate::recording;
 
 fn cfg(dir: &Path) -> RecorderConfig {
     RecorderConfig { dir: dir.to_path_buf(), seconds_before: 2.0, seconds_after: 1.0, ..RecorderConfig::default() }

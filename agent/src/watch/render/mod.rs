@@ -8,7 +8,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Clear, Dataset, GraphType, Paragraph, Tabs, Wrap};
 use ratatui::Frame;
 
-use super::state::{tcp_state_name, ConnView, LogKind, Reason, WatchState};
+use super::state::{ConnView, LogKind, Reason, WatchState};
+use super::text::tcp_state_name;
 use crate::model::event::ca_state_name;
 use crate::model::units::{human_bps, human_bytes};
 use crate::model::Filter;
