@@ -46,6 +46,9 @@ impl Conn {
                     last = Some((t, a, flight));
                 }
                 Some((_, la, false)) if flight => last = Some((t, la, true)),
+                // A look that finds nothing in flight, nothing delivered since: no stall can run
+                // in the network (data waiting behind a closed window is the receiver's).
+                Some((lt, la, true)) if !flight => last = Some((lt, la, false)),
                 Some(_) => {}
                 None => last = Some((t, a, flight)),
             }

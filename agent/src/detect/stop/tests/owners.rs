@@ -287,6 +287,30 @@ fn a_window_refilled_to_the_brim_then_silence_is_two_stops() {
     assert_eq!(network[0].start_ns, last, "from the last delivery");
 }
 
+/// Lab fuzz seed 101 run 31 (7 ms RTT, bbr): a path MTU black hole lifted, the backlog was
+/// acknowledged, and 90 ms later an ACK of everything closed the window: the receiver had stopped
+/// reading meanwhile. The last advance had left data in flight, so the silence after it read as a
+/// stall inside the resume window, and the network's stop went on 1.7 s into the receiver's.
+#[test]
+fn a_window_closed_right_after_delivery_resumed_ends_the_networks_stop_where_it_resumed() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    let last = r.three_timeouts(t);
+    assert_eq!(r.last().owner, Some(StopOwner::Network), "{:?}", r.out);
+    let back = last + 20 * MS;
+    r.see_and_tick(back, sample(acked + 300_000, 80, 0, 1 << 20));
+    r.see_and_tick(back + 40 * MS, sample(acked + 340_000, 80, 0, 1 << 20));
+    r.see_and_tick(back + 50 * MS, drained(acked + 340_000, 3 << 20, 0));
+    r.ticks(back + 50 * MS, back + 2000 * MS);
+    let end = r.out.iter().rev().find(|f| f.owner == Some(StopOwner::Network)).expect("the network's stop");
+    // Ended as delivery resumed (its last advance: the jump alone is no healthy rate yet).
+    assert!(!end.ongoing && end_ns(end) <= back + 40 * MS, "ended where delivery resumed: {end:?}");
+    assert!(r
+        .out
+        .iter()
+        .filter(|f| f.start_ns > t + 10 * MS)
+        .all(|f| f.owner != Some(StopOwner::Network) || f.start_ns <= back));
+}
+
 /// Lab fuzz seed 73 run 13 (35 ms RTT, a stream losing 2 % on its own lane): the burst that
 /// refilled a receiver's window after 14.6 s lost segments, and the cumulative ACK stood still
 /// behind them for a stall's length while SACKs arrived. That was split off the receiver's stop as
