@@ -197,6 +197,7 @@ impl Conn {
                     (0, 0, false) => (2 * u64::from(self.srtt_us) * 1000).min(rto),
                     _ => 0,
                 };
+                self.reopened_into_timeout(cfg, ts, ts.saturating_sub(rto + probe), out);
                 self.sent_after_idle(cfg, ts, rto + probe);
                 self.ev.timed_out(ts, r);
             }
@@ -439,6 +440,20 @@ impl Conn {
         if sent < self.anchor.0 {
             self.anchor = (sent, self.acked);
         }
+    }
+
+    /// A timeout in a receiver's stop whose window a look found closed with nothing in flight: the
+    /// window opened unseen, data left by `sent` at the latest, and the network has not
+    /// acknowledged it since. The receiver's stop ended there; the timeout is a stop of its own,
+    /// judged afresh from that send.
+    fn reopened_into_timeout(&mut self, cfg: &StopConfig, ts: u64, sent: u64, out: &mut Vec<Finding>) {
+        let Some(start) = self.active.filter(|_| self.emptied && self.owner_so_far() == StopOwner::Receiver) else {
+            return;
+        };
+        let end = sent.max(start).max(self.last_advance());
+        self.last_stop = Some((start, end, StopOwner::Receiver));
+        self.end(cfg, ts, start, end, out);
+        self.anchor = (end, self.acked);
     }
 
     /// After the close only snapshots look at the socket (the fallback's per-ACK hook is blind past

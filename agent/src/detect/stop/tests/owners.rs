@@ -311,6 +311,35 @@ fn a_window_closed_right_after_delivery_resumed_ends_the_networks_stop_where_it_
         .all(|f| f.owner != Some(StopOwner::Network) || f.start_ns <= back));
 }
 
+/// Lab fuzz seed 83 run 74 again (6 ms RTT, bbr), replayed: the window opened and the burst that
+/// refilled it left between two looks, into a black hole; the first the daemon heard of it was
+/// the timeout, which made the receiver's stop the network's from the receiver's start (0.6 s
+/// early). The timeout dates the send: the receiver's stop ended there.
+#[test]
+fn a_timeout_after_the_window_was_seen_closed_and_empty_is_a_stop_of_its_own_from_the_send() {
+    let (mut r, t, _) = receivers_stop_of_400ms();
+    // The window opened unseen at 600 ms; 97 segments left and nothing came back.
+    let sent = t + 600 * MS;
+    let mut at = sent;
+    for (i, wait) in [228u64, 456, 912].into_iter().enumerate() {
+        r.ticks(at, sent + wait * MS);
+        at = sent + wait * MS;
+        let n = i as u32;
+        r.see(at, Body::Rto(Rto { retransmits: n, backoff: n, ..rto(228_000, 1, 97) }));
+    }
+    r.ticks(at, at + 500 * MS);
+    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
+    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+    let end = receivers.last().expect("the receiver's stop");
+    assert!(!end.ongoing, "{end:?}");
+    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
+    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    // Dated from the first timeout less its 228 ms and a tail-loss probe's 2 srtt.
+    let from = network[0].start_ns;
+    assert!(from >= sent.saturating_sub(50 * MS) && from <= sent, "from {} ms", (from - t) / MS);
+    assert_eq!(end_ns(end), from);
+}
+
 /// Lab fuzz seed 73 run 13 (35 ms RTT, a stream losing 2 % on its own lane): the burst that
 /// refilled a receiver's window after 14.6 s lost segments, and the cumulative ACK stood still
 /// behind them for a stall's length while SACKs arrived. That was split off the receiver's stop as
