@@ -324,12 +324,17 @@ pub fn rejudge(dir: &std::path::Path) -> Result<(String, Judged)> {
         (_, Some(t)) => (t.scenario.clone(), t.config.path.rtt_ms() / 1e3),
         _ => return Err(LabError::Invalid(format!("{}: no plan and no truth.json", dir.display()))),
     };
-    let senders: Vec<std::net::IpAddr> = v["flows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x["local"].as_str()?.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
-        .collect();
+    // The lab's senders, as the run judged them; a run whose old truth kept no connection names
+    // them only in truth.json.
+    let senders: Vec<std::net::IpAddr> = match &truth {
+        Some(t) => t.senders.iter().flat_map(|h| [h.ip(Family::V4), h.ip(Family::V6)]).collect(),
+        None => v["flows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x["local"].as_str()?.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+            .collect(),
+    };
     let findings: Vec<serde_json::Value> = v["findings"].as_array().cloned().unwrap_or_default();
     let segs = crate::pcap::read(&dir.join("capture-s0.pcap"))?;
     let mut flows = stalls::flows(&segs, |ip| senders.contains(ip), 64 * 1024);

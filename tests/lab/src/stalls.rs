@@ -464,12 +464,6 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
     let mut out = Vec::new();
     for (_, mut f) in map {
         let acked = f.una.saturating_sub(1);
-        // A connection that sent a window and never got it delivered is kept too: its data waits
-        // behind a black hole from the first full-size segment (never bulk, but stopped).
-        let held = f.max >= 10 * f.mss() && matches!(f.wait, Some((_, true, _, r, _)) if r > 0);
-        if acked < min_bytes && !held {
-            continue;
-        }
         // A network wait still open when the capture ends lasts at least until then (the sender's
         // backed-off retries may be seconds apart: its last packet is no end; seed 1 run 47).
         let open = matches!(f.wait, Some((_, true, ..)));
@@ -477,6 +471,13 @@ pub fn flows(segs: &[Seg], is_sender: impl Fn(&IpAddr) -> bool, min_bytes: u64) 
             f.close(cap_end);
         }
         let mut stalls = classify(&f);
+        // A connection that sent a window and stalled resending it is kept too, however little it
+        // delivered: a black hole from the first full-size segment (never bulk, but stopped),
+        // whether the capture or a reset ends it, or an ACK just before the reset.
+        let held = f.max >= 10 * f.mss() && stalls.iter().any(|s| s.owner == Owner::Network && s.retransmissions > 0);
+        if acked < min_bytes && !held {
+            continue;
+        }
         for end in [open.then_some(cap_end), f.cut_at].into_iter().flatten() {
             if let Some(s) = stalls.last_mut().filter(|s| s.owner == Owner::Network && s.end == end) {
                 s.cut = true;
@@ -542,7 +543,7 @@ mod tests {
     fn a_window_never_delivered_is_a_network_stall_of_a_connection_that_never_became_bulk() {
         // A black hole from the first full-size segment: the handshake passes, the initial window
         // of ten segments is resent with backoff and never acknowledged.
-        let held = |n: u32| {
+        let held_until = |n: u32, reset: Option<f64>| {
             let mut syn = seg(0.0, true, 999, 0, SYN, 64240, 0);
             syn.wscale = Some(7);
             let mut synack = seg(0.01, false, 5000, 1000, SYN | ACK, 64240, 0);
@@ -556,19 +557,44 @@ mod tests {
                 v.push(seg(t + 0.001 * i as f64, false, 5001, 1000, ACK, 4000, 0));
                 // dup ACKs of nothing
             }
+            v.extend(reset.map(|t| seg(t, false, 5001, 0, RST, 0, 0)));
             flows(&v, is_sender, 64 * 1024)
         };
-        let f = held(10);
-        assert_eq!(f.len(), 1, "the held window is judged");
-        assert_eq!(f[0].bytes_acked, 0);
+        // Lab fuzz seed 103 run 63: the same, then a reverse outage, and the server reset the
+        // connection at the end of its test: the reset had cleared the open wait, and with it the
+        // connection, so the daemon's right report was judged a stop on a connection with none.
+        for reset in [None, Some(4.0)] {
+            let f = held_until(10, reset);
+            assert_eq!(f.len(), 1, "the held window is judged ({reset:?})");
+            assert_eq!(f[0].bytes_acked, 0);
+            let s = &f[0].stalls;
+            assert_eq!(s.len(), 1, "{s:?}");
+            assert_eq!(
+                (s[0].owner, s[0].cause.as_str(), s[0].level, s[0].cut),
+                (Owner::Network, "retransmitting", Level::Maybe, true)
+            );
+            assert!((s[0].start - 0.03).abs() < 1e-9 && s[0].retransmissions == 4, "{s:?}");
+        }
+        // Or its first segment acknowledged just before the reset (the server's FIN): the stall
+        // ended there, and the connection is still judged.
+        let mut syn = seg(0.0, true, 999, 0, SYN, 64240, 0);
+        syn.wscale = Some(7);
+        let mut synack = seg(0.01, false, 5000, 1000, SYN | ACK, 64240, 0);
+        (synack.wscale, synack.mss) = (Some(7), Some(1460));
+        let mut segs = vec![syn, synack, seg(0.02, true, 1000, 5001, ACK, 1000, 0)];
+        for k in 0..10 {
+            segs.push(seg(0.03, true, 1000 + k * 1448, 5001, ACK, 1000, 1448));
+        }
+        for t in [0.25, 0.65, 1.45, 3.05] {
+            segs.push(seg(t, true, 1000, 5001, ACK, 1000, 1448));
+        }
+        segs.push(seg(3.9, false, 5001, 1000 + 1448, FIN | ACK, 4000, 0));
+        segs.push(seg(4.0, false, 5002, 0, RST, 0, 0));
+        let f = flows(&segs, is_sender, 64 * 1024);
+        assert_eq!(f.len(), 1, "judged though it delivered one segment");
         let s = &f[0].stalls;
-        assert_eq!(s.len(), 1, "{s:?}");
-        assert_eq!(
-            (s[0].owner, s[0].cause.as_str(), s[0].level, s[0].cut),
-            (Owner::Network, "retransmitting", Level::Maybe, true)
-        );
-        assert!((s[0].start - 0.03).abs() < 1e-9 && s[0].retransmissions == 4, "{s:?}");
-        assert!(held(3).is_empty(), "a few small segments are no transfer");
+        assert!(s.len() == 1 && !s[0].cut && (s[0].end - 3.9).abs() < 1e-9 && s[0].owner == Owner::Network, "{s:?}");
+        assert!(held_until(3, None).is_empty(), "a few small segments are no transfer");
     }
 
     #[test]
