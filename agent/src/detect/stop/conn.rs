@@ -20,8 +20,6 @@ pub(super) struct Conn {
     pub srtt_us: u32,
     pub mss: u32,
     pub rate_bps: f64,
-    /// What it delivered over the second before its last healthy point, bytes/s.
-    pub second_bps: f64,
     /// The last look at what the sender holds.
     pub hold: Hold,
     pub closed: bool,
@@ -89,7 +87,6 @@ impl Conn {
             srtt_us: 0,
             mss: 1448,
             rate_bps: 0.0,
-            second_bps: 0.0,
             hold: Hold::default(),
             closed: false,
             ev: Evidence::default(),
@@ -153,7 +150,6 @@ impl Conn {
                 };
                 if healthy_before && healthy_now && self.active.is_none() && r > 0.0 {
                     self.rate_bps = if self.rate_bps == 0.0 { r } else { 0.8 * self.rate_bps + 0.2 * r };
-                    self.second_bps = self.rate_over(ts, self.acked, 1_000_000_000);
                 }
             }
             Body::Snapshot(s) => {
@@ -237,27 +233,20 @@ impl Conn {
         }
     }
 
-    /// Delivery below this rate (bytes/s) is "almost nothing": under 2 segments per RTT, or under
-    /// 5 % of its recent rate, the lower of its healthy rate and what it delivered over the second
-    /// before (the healthy rate follows only healthy samples, and a lossy stretch has few).
+    /// Delivery below this rate (bytes/s) is "almost nothing".
     pub fn slow_rate(&self, cfg: &StopConfig) -> f64 {
         let srtt = (self.srtt_us.max(1000)) as f64 / 1e6;
         let floor = cfg.segments_per_rtt * self.mss as f64 / srtt;
-        let recent = if self.second_bps > 0.0 { self.rate_bps.min(self.second_bps) } else { self.rate_bps };
         if self.ramp {
             floor
         } else {
-            floor.max(cfg.rate_fraction * recent)
+            floor.max(cfg.rate_fraction * self.rate_bps)
         }
     }
 
     /// Delivery rate over the last resume window ending at `ts`, from the progress history.
     pub fn recent_rate(&self, ts: u64, acked: u64) -> f64 {
-        self.rate_over(ts, acked, self.resume_window())
-    }
-
-    /// Delivery rate over the `w` ns ending at `ts` (or since the oldest point kept).
-    fn rate_over(&self, ts: u64, acked: u64, w: u64) -> f64 {
+        let w = self.resume_window();
         let base = self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front());
         match base {
             Some(&(t, a, _)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
