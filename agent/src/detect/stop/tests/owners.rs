@@ -251,13 +251,9 @@ fn a_receivers_stall_whose_window_opens_into_a_network_stall_is_two_stops() {
     r.see_and_tick(delivered + 10 * MS, sample(acked + 72_000, 80, 0, 1 << 20));
     let last = delivered + 10 * MS;
     r.three_timeouts(last);
-    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
-    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{receivers:?}");
-    let end = receivers.last().expect("the receiver's stop");
-    assert!(!end.ongoing && end_ns(end) == opened, "ended when the window opened: {end:?}");
-    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
-    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
-    assert_eq!(network[0].start_ns, last, "from the last delivery");
+    let (end, from) = receivers_then_networks(&r, t);
+    assert_eq!(end, opened, "the receiver's stop ended when the window opened");
+    assert_eq!(from, last, "the network's from the last delivery");
 }
 
 /// Lab fuzz seed 83 run 74 (6 ms RTT, bbr): a black hole began as a receiver's 0.88 s pause
@@ -278,13 +274,9 @@ fn a_window_refilled_to_the_brim_then_silence_is_two_stops() {
     let last = opened + 10 * MS;
     r.see_and_tick(last, full(acked + 8 * 1448, 65));
     r.three_timeouts(last);
-    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
-    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
-    let end = receivers.last().expect("the receiver's stop");
-    assert!(!end.ongoing && end_ns(end) == opened, "ended when the window opened: {end:?}");
-    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
-    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
-    assert_eq!(network[0].start_ns, last, "from the last delivery");
+    let (end, from) = receivers_then_networks(&r, t);
+    assert_eq!(end, opened, "the receiver's stop ended when the window opened");
+    assert_eq!(from, last, "the network's from the last delivery");
 }
 
 /// Lab fuzz seed 101 run 31 (7 ms RTT, bbr): a path MTU black hole lifted, the backlog was
@@ -328,16 +320,10 @@ fn a_timeout_after_the_window_was_seen_closed_and_empty_is_a_stop_of_its_own_fro
         r.see(at, Body::Rto(Rto { retransmits: n, backoff: n, ..rto(228_000, 1, 97) }));
     }
     r.ticks(at, at + 500 * MS);
-    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
-    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
-    let end = receivers.last().expect("the receiver's stop");
-    assert!(!end.ongoing, "{end:?}");
-    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
-    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    let (end, from) = receivers_then_networks(&r, t);
     // Dated from the first timeout less its 228 ms and a tail-loss probe's 2 srtt.
-    let from = network[0].start_ns;
     assert!(from >= sent.saturating_sub(50 * MS) && from <= sent, "from {} ms", (from - t) / MS);
-    assert_eq!(end_ns(end), from);
+    assert_eq!(end, from);
 }
 
 /// Lab fuzz seed 73 run 13 (35 ms RTT, a stream losing 2 % on its own lane): the burst that
@@ -372,4 +358,17 @@ fn receivers_stop_of_400ms() -> (Run, u64, u64) {
     r.ticks(t + 10 * MS, t + 400 * MS);
     assert_eq!(r.first().owner, Some(StopOwner::Receiver), "{:?}", r.out);
     (r, t, acked)
+}
+
+/// A receiver's stop (reported from before `t` + 10 ms) followed by the network's: every report of
+/// the first is the receiver's and it ended, every later one the network's. Returns when the
+/// receiver's ended and when the network's began.
+fn receivers_then_networks(r: &Run, t: u64) -> (u64, u64) {
+    let receivers: Vec<_> = r.out.iter().filter(|f| f.start_ns <= t + 10 * MS).collect();
+    assert!(receivers.iter().all(|f| f.owner == Some(StopOwner::Receiver)), "{:?}", r.out);
+    let end = receivers.last().expect("the receiver's stop");
+    assert!(!end.ongoing, "{end:?}");
+    let network: Vec<_> = r.out.iter().filter(|f| f.start_ns > t + 10 * MS).collect();
+    assert!(!network.is_empty() && network.iter().all(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
+    (end_ns(end), network[0].start_ns)
 }
