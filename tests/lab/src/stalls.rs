@@ -318,13 +318,15 @@ impl Flow {
         let hi = blocks.iter().map(|b| b.1).max().unwrap_or(0);
         // RTT samples from segments the SACK blocks newly cover, as the kernel takes them: in a
         // long recovery the cumulative ACK moves only with repaired holes (no sample by Karn's
-        // rule), and the srtt must still follow the queue the path builds meanwhile (seed 97 run 8:
-        // an srtt frozen at 219 ms against the kernel's 471 made a 1 s wait a stall).
-        let sacked = |&(a, e, _): &(u64, u64, f64)| blocks.iter().any(|b| a >= b.0 && e <= b.1);
-        if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 > self.sack_hi && sacked(p)) {
-            self.sample_rtt(s.t - sent);
+        // rule), and the srtt must still follow the queue the path builds meanwhile. Most ACKs
+        // carry no block: the pending list is not walked for them.
+        if !blocks.is_empty() {
+            let sacked = |&(a, e, _): &(u64, u64, f64)| blocks.iter().any(|b| a >= b.0 && e <= b.1);
+            if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 > self.sack_hi && sacked(p)) {
+                self.sample_rtt(s.t - sent);
+            }
+            self.pending.retain(|p| !sacked(p));
         }
-        self.pending.retain(|p| !sacked(p));
         // Delivery is the cumulative ACK advancing, as the daemon counts it (bytes_acked) and as
         // issue 11 defines the truth: SACKed data behind a hole is not delivered to the receiver
         // application (seed 1 run 3: a 0.2 s hole repaired with SACKs flowing is a short network stall).
