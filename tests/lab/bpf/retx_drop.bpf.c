@@ -136,12 +136,19 @@ int retx_drop(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	if (st->targeted < TARGET_SEGS && DROPS_PER_SEG > 0) {
+		/* Claim a slot before taking it: two CPUs resending at once both saw room for the last
+		 * one, and 21 segments were targeted instead of 20. */
+		if (__sync_fetch_and_add(&st->targeted, 1) >= TARGET_SEGS) {
+			__sync_fetch_and_sub(&st->targeted, 1);
+			count(STAT_PASSED_RETX);
+			return TC_ACT_OK;
+		}
 		__u32 one = 1;
 		if (bpf_map_update_elem(&retx_targets, &sk, &one, BPF_NOEXIST)) {
+			__sync_fetch_and_sub(&st->targeted, 1);
 			count(STAT_ERRORS);
 			return TC_ACT_OK;
 		}
-		__sync_fetch_and_add(&st->targeted, 1);
 		count(STAT_TARGETS);
 		count(STAT_DROPPED);
 		return TC_ACT_SHOT;

@@ -46,7 +46,8 @@ pub fn compile(cfg: &RetxDrop, dir: &Path) -> Result<PathBuf> {
     let d1 = format!("-DTARGET_SEGS={}", cfg.segments);
     let d2 = format!("-DDROPS_PER_SEG={}", cfg.drops_per_segment);
     let (s, o) = (src.to_string_lossy().into_owned(), obj.to_string_lossy().into_owned());
-    cmd::run(&["clang", "-O2", "-g", "-target", "bpf", &arch_inc, &d1, &d2, "-c", &s, "-o", &o])?;
+    // -mcpu=v3: atomic adds that return the old value (kernel 5.12+).
+    cmd::run(&["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", &arch_inc, &d1, &d2, "-c", &s, "-o", &o])?;
     Ok(obj)
 }
 
