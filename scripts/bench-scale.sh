@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-scale.sh: what tcpvigil costs as a host grows, beside what a user would run instead.
 #
-#   bash scripts/bench-scale.sh [--bin PATH] [--secs N] [--pairs N] [--no-throughput | --throughput-only]   (root)
+#   bash scripts/bench-scale.sh [--bin PATH] [--floor PATH] [--secs N] [--pairs N] [--no-throughput | --throughput-only]   (root)
 #
 # For 0 / 20,000 / 100,000 established loopback sockets (both ends in one private network
 # namespace) and 1 / 300 network namespaces (empty ones, each made by user nobody with
@@ -15,11 +15,14 @@
 # in each of the 300), and Debian's prometheus-node-exporter with only its netstat collector;
 # both tcpvigil and node_exporter are scraped once a second; as ratios (tcpvigil / the other); and 100 bulk flows (iperf3 -P 100
 # at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
-# CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets, with and without the daemon in
-# pairs back to back in alternating order (4 unless --pairs): the median of the pairs' ratios.
+# CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets (its ends pinned to two CPUs):
+# alone, beside an empty program on the same per-ACK hook (bench/floor.bpf.c's floor_empty: the
+# floor any such hook costs) and beside the daemon, back to back in rotating order (4 pairs unless --pairs): the
+# medians of the pairs' ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/tcpvigil
+floor=target/release/examples/bpf_floor
 secs=10
 tput=1
 cases=1
@@ -27,24 +30,30 @@ pairs=4
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=${2:?}; shift 2 ;;
+    --floor) floor=${2:?}; shift 2 ;;
     --secs) secs=${2:?}; shift 2 ;;
     --pairs) pairs=${2:?}; shift 2 ;;
     --no-throughput) tput=0; shift ;;
     --throughput-only) cases=0; shift ;;
-    *) echo "bench-scale: unknown argument $1 (--bin PATH, --secs N, --pairs N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
+    *) echo "bench-scale: unknown argument $1 (--bin PATH, --floor PATH, --secs N, --pairs N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 3 ]] || { echo "bench-scale: --secs takes a whole number of at least 3" >&2; exit 2; }
 [[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --pairs takes a whole number of at least 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: needs root (namespaces, BPF)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "bench-scale: no $bin (cargo build --release -p tcpvigil)" >&2; exit 2; }
+if [ "$tput" = 1 ]; then
+  [ -x "$floor" ] || { echo "bench-scale: no $floor (cargo build --release -p tcpvigil --example bpf_floor): the throughput pairs compare with its empty hook" >&2; exit 2; }
+  command -v clang >/dev/null || { echo "bench-scale: clang is missing (scripts/install-deps.sh)" >&2; exit 2; }
+fi
 for t in prometheus-node-exporter iperf3 ss setpriv unshare nsenter; do
   command -v $t >/dev/null || { echo "bench-scale: $t is missing (apt-get install prometheus-node-exporter iperf3 iproute2 util-linux)" >&2; exit 2; }
 done
-export TV_BIN=$bin TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_PAIRS=$pairs
+export TV_BIN=$bin TV_FLOOR=$floor TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_PAIRS=$pairs
 exec python3 - <<'PY'
 import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
+FLOOR = os.environ["TV_FLOOR"]
 BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
 CASES, PAIRS = os.environ["TV_CASES"] == "1", int(os.environ["TV_PAIRS"])
 TICK = os.sysconf("SC_CLK_TCK")
@@ -225,7 +234,8 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
 def iperf(secs):
     srv = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-1", "-p", "7100"], stdout=subprocess.DEVNULL)
     time.sleep(0.3)
-    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"],
+    pin = ["-A", "0,1"] if os.cpu_count() >= 2 else []
+    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"] + pin,
                          capture_output=True, text=True).stdout
     srv.wait()
     import json
@@ -259,32 +269,49 @@ def daemon_up():
 
 def throughput():
     # The VM's own speed drifts over minutes (the same transfer alone spreads 22-36 Gbit/s): each
-    # pair runs back to back, in alternating order (off-on, then on-off) so a steady drift cancels,
-    # and the ratio within each pair is what is kept, its median the figure.
-    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} pairs of 5 s, order alternating:")
+    # pair runs its arms back to back, in an order that rotates from pair to pair so a steady drift
+    # cancels, and the ratios within each pair are what is kept, their medians the figures. The
+    # two ends are pinned to different CPUs: placed on one CPU by the scheduler, the transfer runs
+    # at two thirds of its rate for a while whatever else runs, and the pairs would measure that.
+    # The floor: an empty program on the same per-ACK hook (bench/floor.bpf.c's floor_empty), what
+    # any program there costs before it does anything.
+    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} pairs of 5 s, order rotating:")
+    floor_obj = f"{TMP}/floor.bpf.o"
+    sh("clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Iebpf/include", "-c", "bench/floor.bpf.c", "-o", floor_obj)
     h = holder(10000)
-    off, on, busy = [], [], []
-    def with_daemon():
-        d = daemon_up()
-        c0, w0 = cpu(d.pid), time.time()
-        on.append(iperf(5))
-        busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
-        d.send_signal(signal.SIGINT); d.wait()
-    for i in range(PAIRS):
-        if i % 2 == 0:
-            off.append(iperf(5))
-            with_daemon()
-        else:
-            with_daemon()
+    runs = {"without": [], "floor": [], "daemon": []}
+    busy = []
+    def arm(name):
+        if name == "without":
             time.sleep(2)
-            off.append(iperf(5))
-        print(f"  pair {i + 1}/{PAIRS}: {off[-1]:.1f} Gbit/s without, {on[-1]:.1f} with: {on[-1] / off[-1] * 100:.1f} % "
-              f"(the daemon's own CPU meanwhile: {busy[-1]:.1f} % of a core)", flush=True)
+            runs[name].append(iperf(5))
+        elif name == "floor":
+            f = subprocess.Popen([FLOOR, floor_obj, "floor_empty"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if "attached floor_empty" not in f.stderr.readline():
+                raise SystemExit(f"{FLOOR} did not attach floor_empty")
+            time.sleep(2)
+            runs[name].append(iperf(5))
+            f.stdin.close(); f.wait()
+        else:
+            d = daemon_up()
+            c0, w0 = cpu(d.pid), time.time()
+            runs[name].append(iperf(5))
+            busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
+            d.send_signal(signal.SIGINT); d.wait()
+    arms = list(runs)
+    for i in range(PAIRS):
+        for a in arms[i % 3:] + arms[:i % 3]:
+            arm(a)
+        w, f, d = (runs[a][-1] for a in arms)
+        print(f"  pair {i + 1}/{PAIRS}: {w:.1f} Gbit/s without, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
+              f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
     stop(h)
-    mo, mn = statistics.median(off), statistics.median(on)
-    per_pair = statistics.median([b / a for a, b in zip(off, on)])
-    print(f"without the daemon {[round(x, 1) for x in off]} Gbit/s, with it {[round(x, 1) for x in on]} Gbit/s: "
-          f"median of the pairs' ratios {per_pair * 100:.1f} % kept (medians {mn:.1f} / {mo:.1f} = {mn / mo * 100:.1f} %)")
+    kept = lambda a: statistics.median([b / x for x, b in zip(runs["without"], runs[a])]) * 100
+    print(f"without {[round(x, 1) for x in runs['without']]}, empty hook {[round(x, 1) for x in runs['floor']]}, "
+          f"daemon {[round(x, 1) for x in runs['daemon']]} Gbit/s")
+    print(f"kept (median of the pairs' ratios): {kept('daemon'):.1f} % beside the daemon, {kept('floor'):.1f} % beside "
+          f"the empty hook alone; the daemon beside the floor: "
+          f"{statistics.median([d / f for f, d in zip(runs['floor'], runs['daemon'])]) * 100:.1f} %")
 
 try:
     sh("ip", "netns", "add", NS)
