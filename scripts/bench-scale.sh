@@ -54,6 +54,7 @@ exec python3 - <<'PY'
 import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 FLOOR = os.environ["TV_FLOOR"]
+PIN = ["-A", "0,1"] if os.cpu_count() >= 2 else []  # the throughput transfer's two ends (see throughput())
 BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
 CASES, PAIRS = os.environ["TV_CASES"] == "1", int(os.environ["TV_PAIRS"])
 TICK = os.sysconf("SC_CLK_TCK")
@@ -234,8 +235,7 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
 def iperf(secs):
     srv = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-1", "-p", "7100"], stdout=subprocess.DEVNULL)
     time.sleep(0.3)
-    pin = ["-A", "0,1"] if os.cpu_count() >= 2 else []
-    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"] + pin,
+    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"] + PIN,
                          capture_output=True, text=True).stdout
     srv.wait()
     import json
@@ -287,8 +287,9 @@ def throughput():
             runs[name].append(iperf(5))
         elif name == "floor":
             f = subprocess.Popen([FLOOR, floor_obj, "floor_empty"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if "attached floor_empty" not in f.stderr.readline():
-                raise SystemExit(f"{FLOOR} did not attach floor_empty")
+            said = f.stderr.readline()
+            if "attached floor_empty" not in said:
+                raise SystemExit(f"{FLOOR} did not attach floor_empty: {said.strip()}")
             time.sleep(2)
             runs[name].append(iperf(5))
             f.stdin.close(); f.wait()
@@ -306,12 +307,11 @@ def throughput():
         print(f"  pair {i + 1}/{PAIRS}: {w:.1f} Gbit/s without, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
               f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
     stop(h)
-    kept = lambda a: statistics.median([b / x for x, b in zip(runs["without"], runs[a])]) * 100
+    kept = lambda a, base="without": statistics.median([y / x for x, y in zip(runs[base], runs[a])]) * 100
     print(f"without {[round(x, 1) for x in runs['without']]}, empty hook {[round(x, 1) for x in runs['floor']]}, "
           f"daemon {[round(x, 1) for x in runs['daemon']]} Gbit/s")
     print(f"kept (median of the pairs' ratios): {kept('daemon'):.1f} % beside the daemon, {kept('floor'):.1f} % beside "
-          f"the empty hook alone; the daemon beside the floor: "
-          f"{statistics.median([d / f for f, d in zip(runs['floor'], runs['daemon'])]) * 100:.1f} %")
+          f"the empty hook alone; the daemon beside the floor: {kept('daemon', 'floor'):.1f} %")
 
 try:
     sh("ip", "netns", "add", NS)

@@ -17,14 +17,6 @@ fn irq_work_interrupts() -> u64 {
     line.split_whitespace().skip(1).map_while(|w| w.parse::<u64>().ok()).sum()
 }
 
-/// The kernel's clock tick rate (CONFIG_HZ), 1000 (the highest) where the config is not readable.
-fn hz() -> f64 {
-    let release = sh("uname -r");
-    let cfg =
-        sh(&format!("zcat /proc/config.gz 2>/dev/null || cat /boot/config-{} 2>/dev/null || true", release.trim()));
-    cfg.lines().find_map(|l| l.strip_prefix("CONFIG_HZ=")).and_then(|v| v.trim().parse().ok()).unwrap_or(1000.0)
-}
-
 /// Samples read from the ring buffer so far, and records it had no room for.
 fn counts(d: &Daemon) -> (f64, f64) {
     let text = d.scrape().expect("scrape");
@@ -64,7 +56,8 @@ fn a_stopped_reader_is_woken_at_most_once_per_tick_while_its_buffer_fills() {
     eprintln!("{woken} irq-work interrupts in {secs:.1} s; {read} samples read after, {full} refused by a full buffer");
     assert!(full > 0.0, "the buffer never filled while the reader was stopped: the test shows nothing");
     // Once per tick, and CPUs racing on the same tick: half again as many at most.
-    let bound = 1.5 * hz() * secs + 50.0;
+    let hz = f64::from(tcpvigil::bpf::kconfig::hz().expect("the kernel's CONFIG_HZ").hz);
+    let bound = 1.5 * hz * secs + 50.0;
     assert!(woken as f64 <= bound, "{woken} wakeups in {secs:.1} s: more than one per tick ({bound:.0})");
     // Without the limit every record past an eighth of the buffer woke the reader: most of those read.
     assert!(
