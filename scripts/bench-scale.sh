@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-scale.sh: what tcpvigil costs as a host grows, beside what a user would run instead.
 #
-#   bash scripts/bench-scale.sh [--bin PATH] [--floor PATH] [--secs N] [--pairs N] [--no-throughput | --throughput-only]   (root)
+#   bash scripts/bench-scale.sh [--bin PATH] [--floor PATH] [--secs N] [--rounds N] [--no-throughput | --throughput-only]   (root)
 #
 # For 0 / 20,000 / 100,000 established loopback sockets (both ends in one private network
 # namespace) and 1 / 300 network namespaces (empty ones, each made by user nobody with
@@ -17,8 +17,9 @@
 # at 2 Mbit/s each) for the cost per moving connection. Then, unless --no-throughput, a
 # CPU-bound iperf3 transfer over loopback beside 20,000 idle sockets (its ends pinned to two CPUs):
 # alone, beside an empty program on the same per-ACK hook (bench/floor.bpf.c's floor_empty: the
-# floor any such hook costs) and beside the daemon, back to back in rotating order (4 pairs unless --pairs): the
-# medians of the pairs' ratios.
+# floor any such hook costs) and beside the daemon, as windows of one transfer taking turns in
+# rotating order (4 rounds unless --rounds): the medians of the rounds' ratios, with a bootstrap
+# interval.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/tcpvigil
@@ -32,18 +33,18 @@ while [ $# -gt 0 ]; do
     --bin) bin=${2:?}; shift 2 ;;
     --floor) floor=${2:?}; shift 2 ;;
     --secs) secs=${2:?}; shift 2 ;;
-    --pairs) pairs=${2:?}; shift 2 ;;
+    --rounds|--pairs) pairs=${2:?}; shift 2 ;;
     --no-throughput) tput=0; shift ;;
     --throughput-only) cases=0; shift ;;
-    *) echo "bench-scale: unknown argument $1 (--bin PATH, --floor PATH, --secs N, --pairs N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
+    *) echo "bench-scale: unknown argument $1 (--bin PATH, --floor PATH, --secs N, --rounds N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 3 ]] || { echo "bench-scale: --secs takes a whole number of at least 3" >&2; exit 2; }
-[[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --pairs takes a whole number of at least 1" >&2; exit 2; }
+[[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --rounds takes a whole number of at least 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: needs root (namespaces, BPF)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "bench-scale: no $bin (cargo build --release -p tcpvigil)" >&2; exit 2; }
 if [ "$tput" = 1 ]; then
-  [ -x "$floor" ] || { echo "bench-scale: no $floor (cargo build --release -p tcpvigil --example bpf_floor): the throughput pairs compare with its empty hook" >&2; exit 2; }
+  [ -x "$floor" ] || { echo "bench-scale: no $floor (cargo build --release -p tcpvigil --example bpf_floor): the throughput rounds compare with its empty hook" >&2; exit 2; }
   command -v clang >/dev/null || { echo "bench-scale: clang is missing (scripts/install-deps.sh)" >&2; exit 2; }
 fi
 for t in prometheus-node-exporter iperf3 ss setpriv unshare nsenter; do
@@ -232,15 +233,6 @@ def daemon_case(label, n_sockets, n_ns, churn=0.0, procs=0, flows=0):
           f"{tracked:.0f} | {scan_ms} | {to_ready:.1f} | {start_cpu:.2f} | {ss_cpu:.2f} ({ratio(share, ss_cpu)}) | {mib(ss_rss):.1f} ({ratio(peak, ss_rss)}) | "
           f"{ne_cpu:.2f} ({ratio(share, ne_cpu)}) | {mib(ne_rss):.1f} ({ratio(peak, ne_rss)}) |", flush=True)
 
-def iperf(secs):
-    srv = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-1", "-p", "7100"], stdout=subprocess.DEVNULL)
-    time.sleep(0.3)
-    out = subprocess.run(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", str(secs), "-J"] + PIN,
-                         capture_output=True, text=True).stdout
-    srv.wait()
-    import json
-    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
-
 def table():
     print("| case | RSS started MiB | RSS peak MiB | pass ms (max) | CPU % of a core | dropped | tracked | "
           "/proc scan ms | ready s | CPU s to start | ss -tin CPU % (ratio) | ss RSS MiB (ratio) | node_exporter CPU % (ratio) | node_exporter RSS MiB (ratio) |")
@@ -267,51 +259,85 @@ def daemon_up():
     time.sleep(2)
     return d
 
+def lo_bytes(pid):
+    """Bytes through the namespace's loopback so far, read through a process inside it."""
+    for l in open(f"/proc/{pid}/net/dev"):
+        if l.strip().startswith("lo:"):
+            return int(l.split(":", 1)[1].split()[0])
+    raise SystemExit("no loopback in the bench namespace")
+
+def kept(ratios):
+    """The median of the ratios and a 90 % bootstrap interval around it, in %."""
+    import random
+    rnd = random.Random(1)
+    meds = sorted(statistics.median(rnd.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios) * 100, meds[100] * 100, meds[1899] * 100
+
 def throughput():
-    # The VM's own speed drifts over minutes (the same transfer alone spreads 22-36 Gbit/s): each
-    # pair runs its arms back to back, in an order that rotates from pair to pair so a steady drift
-    # cancels, and the ratios within each pair are what is kept, their medians the figures. The
-    # two ends are pinned to different CPUs: placed on one CPU by the scheduler, the transfer runs
-    # at two thirds of its rate for a while whatever else runs, and the pairs would measure that.
-    # The floor: an empty program on the same per-ACK hook (bench/floor.bpf.c's floor_empty), what
-    # any program there costs before it does anything.
-    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, {PAIRS} pairs of 5 s, order rotating:")
+    # The VM's own speed drifts (the same transfer alone spreads 22-37 Gbit/s over minutes, and a
+    # new connection may settle 10 % off the last one). So one transfer runs throughout, and its
+    # windows take turns: alone, beside an empty program on the same per-ACK hook (bench/floor.bpf.c's
+    # floor_empty: what any program there costs before it does anything) and beside the daemon,
+    # in an order that rotates from round to round so a steady drift cancels. Each window waits
+    # 2 s after its arm is up (the daemon: after it is ready), then counts what crosses the
+    # namespace's loopback for 5 s. The ratios within each round are what is kept. The two ends
+    # are pinned to different CPUs: placed on one CPU by the scheduler, the transfer runs at two
+    # thirds of its rate for a while whatever else runs, and the rounds would measure that.
+    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, one transfer, {PAIRS} rounds of three 5 s "
+          f"windows, order rotating:")
     floor_obj = f"{TMP}/floor.bpf.o"
     sh("clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Iebpf/include", "-c", "bench/floor.bpf.c", "-o", floor_obj)
     h = holder(10000)
+    srv = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-s", "-1", "-p", "7100"], stdout=subprocess.DEVNULL)
+    time.sleep(0.3)
+    cli = subprocess.Popen(["ip", "netns", "exec", NS, "iperf3", "-c", "127.0.0.1", "-p", "7100", "-t", "86400"] + PIN,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
     runs = {"without": [], "floor": [], "daemon": []}
     busy = []
+    def window():
+        if cli.poll() is not None:
+            raise SystemExit(f"the iperf3 transfer ended: {cli.stderr.read().strip()}")
+        b0, t0 = lo_bytes(h[0].pid), time.monotonic()
+        time.sleep(5)
+        b1, t1 = lo_bytes(h[0].pid), time.monotonic()
+        return (b1 - b0) * 8 / (t1 - t0) / 1e9
     def arm(name):
         if name == "without":
             time.sleep(2)
-            runs[name].append(iperf(5))
+            runs[name].append(window())
         elif name == "floor":
             f = subprocess.Popen([FLOOR, floor_obj, "floor_empty"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             said = f.stderr.readline()
             if "attached floor_empty" not in said:
                 raise SystemExit(f"{FLOOR} did not attach floor_empty: {said.strip()}")
             time.sleep(2)
-            runs[name].append(iperf(5))
+            runs[name].append(window())
             f.stdin.close(); f.wait()
         else:
             d = daemon_up()
             c0, w0 = cpu(d.pid), time.time()
-            runs[name].append(iperf(5))
+            runs[name].append(window())
             busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
             d.send_signal(signal.SIGINT); d.wait()
     arms = list(runs)
-    for i in range(PAIRS):
-        for a in arms[i % 3:] + arms[:i % 3]:
-            arm(a)
-        w, f, d = (runs[a][-1] for a in arms)
-        print(f"  pair {i + 1}/{PAIRS}: {w:.1f} Gbit/s without, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
-              f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
-    stop(h)
-    kept = lambda a, base="without": statistics.median([y / x for x, y in zip(runs[base], runs[a])]) * 100
-    print(f"without {[round(x, 1) for x in runs['without']]}, empty hook {[round(x, 1) for x in runs['floor']]}, "
+    try:
+        for i in range(PAIRS):
+            for a in arms[i % 3:] + arms[:i % 3]:
+                arm(a)
+            w, f, d = (runs[a][-1] for a in arms)
+            print(f"  round {i + 1}/{PAIRS}: {w:.1f} Gbit/s alone, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
+                  f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
+    finally:
+        cli.kill(); srv.kill(); cli.wait(); srv.wait()
+        stop(h)
+    ratios = lambda a, base="without": [y / x for x, y in zip(runs[base], runs[a])]
+    print(f"alone {[round(x, 1) for x in runs['without']]}, empty hook {[round(x, 1) for x in runs['floor']]}, "
           f"daemon {[round(x, 1) for x in runs['daemon']]} Gbit/s")
-    print(f"kept (median of the pairs' ratios): {kept('daemon'):.1f} % beside the daemon, {kept('floor'):.1f} % beside "
-          f"the empty hook alone; the daemon beside the floor: {kept('daemon', 'floor'):.1f} %")
+    for what, r in (("beside the daemon", ratios("daemon")), ("beside the empty hook alone", ratios("floor")),
+                    ("the daemon beside the empty hook", ratios("daemon", "floor"))):
+        m, lo, hi = kept(r)
+        print(f"kept {what}: {m:.1f} % (median of the rounds' ratios; 90 % interval {lo:.1f}-{hi:.1f} %)")
 
 try:
     sh("ip", "netns", "add", NS)
