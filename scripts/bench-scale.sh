@@ -83,11 +83,11 @@ for i in range(n):
         take(ls[0]); take(ls[1])
 take(ls[0]); take(ls[1])
 print("ready", len(held), flush=True)
-# Short connections until told to stop: 2000 bytes each, open 300 ms.
+# Short connections until told to stop: 2000 bytes each, open 300 ms. Without churn, asleep.
 import select
 q = collections.deque(); t0 = time.time(); made = 0
 while True:
-    if select.select([sys.stdin], [], [], 0.005)[0]:
+    if select.select([sys.stdin], [], [], 0.005 if churn else None)[0]:
         break
     now = time.time()
     while churn and made < (now - t0) * churn:
