@@ -27,20 +27,20 @@ floor=target/release/examples/bpf_floor
 secs=10
 tput=1
 cases=1
-pairs=4
+rounds=4
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) bin=${2:?}; shift 2 ;;
     --floor) floor=${2:?}; shift 2 ;;
     --secs) secs=${2:?}; shift 2 ;;
-    --rounds|--pairs) pairs=${2:?}; shift 2 ;;
+    --rounds|--pairs) rounds=${2:?}; shift 2 ;;
     --no-throughput) tput=0; shift ;;
     --throughput-only) cases=0; shift ;;
     *) echo "bench-scale: unknown argument $1 (--bin PATH, --floor PATH, --secs N, --rounds N, --no-throughput, --throughput-only)" >&2; exit 2 ;;
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 3 ]] || { echo "bench-scale: --secs takes a whole number of at least 3" >&2; exit 2; }
-[[ $pairs =~ ^[0-9]+$ && $pairs -ge 1 ]] || { echo "bench-scale: --rounds takes a whole number of at least 1" >&2; exit 2; }
+[[ $rounds =~ ^[0-9]+$ && $rounds -ge 1 ]] || { echo "bench-scale: --rounds takes a whole number of at least 1" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: needs root (namespaces, BPF)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "bench-scale: no $bin (cargo build --release -p tcpvigil)" >&2; exit 2; }
 if [ "$tput" = 1 ]; then
@@ -50,14 +50,14 @@ fi
 for t in prometheus-node-exporter iperf3 ss setpriv unshare nsenter; do
   command -v $t >/dev/null || { echo "bench-scale: $t is missing (apt-get install prometheus-node-exporter iperf3 iproute2 util-linux)" >&2; exit 2; }
 done
-export TV_BIN=$bin TV_FLOOR=$floor TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_PAIRS=$pairs
+export TV_BIN=$bin TV_FLOOR=$floor TV_SECS=$secs TV_TPUT=$tput TV_CASES=$cases TV_ROUNDS=$rounds
 exec python3 - <<'PY'
-import os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import os, random, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 FLOOR = os.environ["TV_FLOOR"]
 PIN = ["-A", "0,1"] if os.cpu_count() >= 2 else []  # the throughput transfer's two ends (see throughput())
 BIN, SECS, TPUT = os.environ["TV_BIN"], int(os.environ["TV_SECS"]), os.environ["TV_TPUT"] == "1"
-CASES, PAIRS = os.environ["TV_CASES"] == "1", int(os.environ["TV_PAIRS"])
+CASES, ROUNDS = os.environ["TV_CASES"] == "1", int(os.environ["TV_ROUNDS"])
 TICK = os.sysconf("SC_CLK_TCK")
 NS = f"tvbs{os.getpid()}"
 TMP = tempfile.mkdtemp(prefix="tvbs")
@@ -268,7 +268,6 @@ def lo_bytes(pid):
 
 def kept(ratios):
     """The median of the ratios and a 90 % bootstrap interval around it, in %."""
-    import random
     rnd = random.Random(1)
     meds = sorted(statistics.median(rnd.choices(ratios, k=len(ratios))) for _ in range(2000))
     return statistics.median(ratios) * 100, meds[100] * 100, meds[1899] * 100
@@ -283,7 +282,7 @@ def throughput():
     # namespace's loopback for 5 s. The ratios within each round are what is kept. The two ends
     # are pinned to different CPUs: placed on one CPU by the scheduler, the transfer runs at two
     # thirds of its rate for a while whatever else runs, and the rounds would measure that.
-    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, one transfer, {PAIRS} rounds of three 5 s "
+    print(f"\nCPU-bound iperf3 over loopback beside 20,000 idle sockets, one transfer, {ROUNDS} rounds of three 5 s "
           f"windows, order rotating:")
     floor_obj = f"{TMP}/floor.bpf.o"
     sh("clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Iebpf/include", "-c", "bench/floor.bpf.c", "-o", floor_obj)
@@ -322,11 +321,11 @@ def throughput():
             d.send_signal(signal.SIGINT); d.wait()
     arms = list(runs)
     try:
-        for i in range(PAIRS):
+        for i in range(ROUNDS):
             for a in arms[i % 3:] + arms[:i % 3]:
                 arm(a)
             w, f, d = (runs[a][-1] for a in arms)
-            print(f"  round {i + 1}/{PAIRS}: {w:.1f} Gbit/s alone, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
+            print(f"  round {i + 1}/{ROUNDS}: {w:.1f} Gbit/s alone, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
                   f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
     finally:
         cli.kill(); srv.kill(); cli.wait(); srv.wait()
