@@ -23,10 +23,16 @@ fn phase() -> Duration {
     Duration::from_secs(std::env::var("TV_FLOOD_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(15))
 }
 
-/// One scrape on a fresh connection: (status, seconds); a timeout or reset counts as 10 s.
-fn scrape(addr: SocketAddr, auth: Option<(&str, &str)>) -> (u16, f64) {
+/// One scrape on a fresh connection: (status, seconds, why it failed); a failure counts as 10 s,
+/// and says what happened after how long (a timeout, a reset, a cut body) for the report.
+fn scrape(addr: SocketAddr, auth: Option<(&str, &str)>) -> (u16, f64, Option<String>) {
     let t = Instant::now();
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(10)) else { return (0, 10.0) };
+    let failed =
+        |code: u16, what: String| (code, 10.0, Some(format!("{what} after {:.2} s", t.elapsed().as_secs_f64())));
+    let mut s = match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
+        Ok(s) => s,
+        Err(e) => return failed(0, format!("connect: {e}")),
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let auth = auth
         .map(|(u, p)| {
@@ -34,18 +40,20 @@ fn scrape(addr: SocketAddr, auth: Option<(&str, &str)>) -> (u16, f64) {
         })
         .unwrap_or_default();
     let head = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n");
-    if s.write_all(head.as_bytes()).is_err() {
-        return (0, 10.0);
+    if let Err(e) = s.write_all(head.as_bytes()) {
+        return failed(0, format!("write: {e}"));
     }
     let mut out = Vec::new();
-    let ok = s.read_to_end(&mut out).is_ok();
+    let read = s.read_to_end(&mut out);
     let text = String::from_utf8_lossy(&out);
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let complete = text.contains("tcpvigil_build_info") || code != 200;
-    if !ok || !complete {
-        return (code, 10.0);
+    if let Err(e) = read {
+        return failed(code, format!("read after {} bytes: {e}", out.len()));
     }
-    (code, t.elapsed().as_secs_f64())
+    if code == 200 && !text.contains("tcpvigil_build_info") {
+        return failed(code, format!("a body cut at {} bytes", out.len()));
+    }
+    (code, t.elapsed().as_secs_f64(), None)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -131,11 +139,12 @@ fn under_flood(d: &Daemon, kind: Kind, n: usize, auth: Option<(&str, &str)>) -> 
     let h = flood(d.addr, kind, n, stop.clone());
     // Let the flood build up before timing.
     std::thread::sleep(Duration::from_secs(2));
-    let (t, mut times, mut codes) = (Instant::now(), Vec::new(), Vec::new());
+    let (t, mut times, mut codes, mut why) = (Instant::now(), Vec::new(), Vec::new(), Vec::new());
     while t.elapsed() < phase() {
-        let (code, secs) = scrape(d.addr, auth);
+        let (code, secs, failure) = scrape(d.addr, auth);
         times.push(secs);
         codes.push(code);
+        why.extend(failure.map(|f| format!("scrape {}: {f}", times.len())));
         std::thread::sleep(Duration::from_millis(500));
     }
     stop.store(true, Ordering::Relaxed);
@@ -151,10 +160,14 @@ fn under_flood(d: &Daemon, kind: Kind, n: usize, auth: Option<(&str, &str)>) -> 
         worst * 1000.0,
         {
             let mut c = codes.clone();
+            c.sort_unstable();
             c.dedup();
             c
         }
     );
+    for w in &why {
+        println!("  {w}");
+    }
     // A refused scrape (or none at all) counts as one that never answered.
     times.iter().zip(&codes).map(|(t, c)| if *c == 200 { *t } else { 10.0 }).collect()
 }

@@ -126,7 +126,7 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect, o: &Opts) -> Result<(
     let (a_snd, a_rcv) = (mib(&path.snd)?, mib(&path.rcv)?);
     let wire = cap.finish()?;
     let rec = rec.finish()?;
-    for l in rec.log.lines().filter(|l| l.contains("recorded") || l.contains("lost:")) {
+    for l in rec.log.lines().filter(|l| l.contains("recorded") || l.contains("lost:") || l.contains("account:")) {
         r.info(&format!("record: {}", l.trim_start_matches("tcpvigil: ")));
     }
     r.check("datapath-transfer", sent > 0 && sent == got, &format!("{sent} bytes sent, {got} received"));
@@ -171,9 +171,10 @@ pub fn run(r: &mut Report, tcpvigil: &str, expect: Expect, o: &Opts) -> Result<(
             r.check(&format!("datapath-{what}-{side}"), ok, &detail);
         }
         r.info(&format!(
-            "mib {side}: RetransSegs {} TCPRetransFail {} TCPLostRetransmit {} TCPTimeouts {} OutSegs {} TCPBacklogCoalesce {} TCPBacklogDrop {}",
+            "mib {side}: RetransSegs {} TCPRetransFail {} TCPLossProbes {} TCPLostRetransmit {} TCPTimeouts {} OutSegs {} TCPBacklogCoalesce {} TCPBacklogDrop {}",
             m.retrans_segs,
             delta(b, a, "TcpExtTCPRetransFail"),
+            delta(b, a, "TcpExtTCPLossProbes"),
             m.lost_retrans,
             m.rtos,
             delta(b, a, "TcpOutSegs"),
