@@ -76,6 +76,9 @@ pub(super) struct Conn {
     pub ramp: bool,
     /// A snapshot showed SACK not negotiated: the kernel sends no tail-loss probes then.
     pub no_sack: bool,
+    /// When data last left again after an idle (nothing to send, or a window closed with nothing
+    /// in flight): no delivery rate reaches back past it, into time when nothing could be delivered.
+    pub sending_since: u64,
 }
 
 impl Conn {
@@ -112,6 +115,7 @@ impl Conn {
             delivered_ts: 0,
             ramp: false,
             no_sack: false,
+            sending_since: 0,
         }
     }
 
@@ -246,8 +250,28 @@ impl Conn {
 
     /// Delivery rate over the last resume window ending at `ts`, from the progress history.
     pub fn recent_rate(&self, ts: u64, acked: u64) -> f64 {
+        self.rate_from(self.window_base(ts), ts, acked)
+    }
+
+    /// The same, from when data left again if an idle lies within the window: whether delivery is
+    /// healthy is not judged on time when nothing could be delivered. (The ramp's exit and the
+    /// yardstick keep the whole window: a first window's rate over one RTT is no measure of them.)
+    fn sending_rate(&self, ts: u64, acked: u64) -> f64 {
+        let base = match self.window_base(ts) {
+            Some(&(t, ..)) if (t..ts).contains(&self.sending_since) => {
+                self.hist.iter().rev().find(|p| p.0 <= self.sending_since).map(|&(_, a, f)| (self.sending_since, a, f))
+            }
+            b => b.copied(),
+        };
+        self.rate_from(base.as_ref(), ts, acked)
+    }
+
+    fn window_base(&self, ts: u64) -> Option<&(u64, u64, bool)> {
         let w = self.resume_window();
-        let base = self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front());
+        self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front())
+    }
+
+    fn rate_from(&self, base: Option<&(u64, u64, bool)>, ts: u64, acked: u64) -> f64 {
         match base {
             Some(&(t, a, _)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
             _ => 0.0,
@@ -283,7 +307,7 @@ impl Conn {
         if self.ramp && recent >= cfg.rate_fraction * self.rate_bps {
             self.ramp = false;
         }
-        let rate_ok = recent > self.slow_rate(cfg);
+        let rate_ok = recent.max(self.sending_rate(ack_ts, acked)) > self.slow_rate(cfg);
         let healthy = rate_ok && acked > self.acked;
         self.hist.push_back((ack_ts, acked, self.hold.in_flight > 0));
         while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, ..)| t + 2_000_000_000 < ack_ts) {
@@ -395,6 +419,7 @@ impl Conn {
             return;
         }
         let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
+        self.sending_since = sent_by;
         if sent_by > self.anchor.0 {
             self.restart(sent_by);
         }

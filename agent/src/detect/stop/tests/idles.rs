@@ -157,3 +157,45 @@ fn the_ramp_after_a_long_idle_losing_a_segment_is_no_stop() {
     let r = ramp(0);
     assert!(r.out.iter().any(|f| f.owner == Some(StopOwner::Network)), "{:?}", r.out);
 }
+
+/// Lab fuzz seed 2026 run 6 (CI, 10 ms path, reno): the sender paused 0.45 s; resumed, its first
+/// window lost a segment, and the paused receiver acknowledged only every 50 ms. The fallback's
+/// samples, one ACK late, showed 66 kB by 57 ms after the send, over a rate window reaching back
+/// into the idle: 0.13 MB/s, "almost nothing", and a `slow_recovery` stop dated from the resumption
+/// where the capture shows 1.4 MB/s throughout. A rate is measured from when data left again.
+#[test]
+fn the_first_window_after_an_idle_is_judged_from_when_it_left_not_from_before_the_idle() {
+    let resumed = |after_send: &[(u64, u64)]| {
+        let (mut r, t, acked) = Run::healthy(1000);
+        r.see(t + 10 * MS, drained(acked, 0, 1 << 22));
+        let resumed = t + 460 * MS;
+        r.ticks(t + 10 * MS, resumed);
+        let (mut a, mut last) = (acked, resumed);
+        for &(ms, bytes) in after_send {
+            // Ticks every 10 ms until the sample comes (each samples an ACK at `ms`, seen 20 ms on).
+            let seen = resumed + (ms + 20) * MS;
+            while last + 10 * MS < seen {
+                last += 10 * MS;
+                r.tick(last);
+            }
+            last = seen;
+            a += bytes;
+            if bytes == 0 {
+                r.see(seen - 5 * MS, Body::Retrans(retrans(CA_RECOVERY, 20, 46)));
+            }
+            let mut s = tests_support::sample(a);
+            (s.packets_out, s.cwnd, s.write_queue) = (46, 20, 1_450_000 + 46 * 1448);
+            r.see_and_tick(seen, Body::Sample(s));
+        }
+        (r, last, a)
+    };
+    // 4 segments one srtt after the send, 66 kB by 70 ms, a loss repaired, 190 kB by 190 ms.
+    let (mut r, at, a) = resumed(&[(0, 5792), (50, 60_816), (80, 0), (170, 189_688)]);
+    assert!(r.out.is_empty(), "delivery from the send on is healthy: {:?}", r.out);
+    r.healthy_from(at, a, 500);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    // The first window's first ACK, then nothing but a fast retransmission: the network's stop.
+    let (mut r, at, _) = resumed(&[(0, 5792), (80, 0)]);
+    r.ticks(at, at + 500 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Network), "{:?}", r.out);
+}
