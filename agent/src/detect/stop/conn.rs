@@ -250,31 +250,24 @@ impl Conn {
 
     /// Delivery rate over the last resume window ending at `ts`, from the progress history.
     pub fn recent_rate(&self, ts: u64, acked: u64) -> f64 {
-        self.rate_from(self.window_base(ts), ts, acked)
+        rate_from(self.window_base(ts), ts, acked)
     }
 
-    /// The same, from when data left again if an idle lies within the window: whether delivery is
-    /// healthy is not judged on time when nothing could be delivered. (The ramp's exit and the
-    /// yardstick keep the whole window: a first window's rate over one RTT is no measure of them.)
-    fn sending_rate(&self, ts: u64, acked: u64) -> f64 {
-        let base = match self.window_base(ts) {
-            Some(&(t, ..)) if (t..ts).contains(&self.sending_since) => {
-                self.hist.iter().rev().find(|p| p.0 <= self.sending_since).map(|&(_, a, f)| (self.sending_since, a, f))
-            }
-            b => b.copied(),
-        };
-        self.rate_from(base.as_ref(), ts, acked)
-    }
-
-    fn window_base(&self, ts: u64) -> Option<&(u64, u64, bool)> {
+    /// Where the resume window ending at `ts` begins: (time, bytes acked).
+    fn window_base(&self, ts: u64) -> Option<(u64, u64)> {
         let w = self.resume_window();
-        self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front())
+        self.hist.iter().rev().find(|(t, ..)| *t + w <= ts).or(self.hist.front()).map(|&(t, a, _)| (t, a))
     }
 
-    fn rate_from(&self, base: Option<&(u64, u64, bool)>, ts: u64, acked: u64) -> f64 {
+    /// The window's base moved to when data left again if an idle lies within it: whether delivery
+    /// is healthy is not judged on time when nothing could be delivered. (The ramp's exit and the
+    /// yardstick keep the whole window: a first window's rate over one RTT is no measure of them.)
+    fn after_idle_base(&self, base: Option<(u64, u64)>, ts: u64) -> Option<(u64, u64)> {
         match base {
-            Some(&(t, a, _)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
-            _ => 0.0,
+            Some((t, _)) if (t..ts).contains(&self.sending_since) => {
+                self.hist.iter().rev().find(|p| p.0 <= self.sending_since).map(|p| (self.sending_since, p.1))
+            }
+            b => b,
         }
     }
 
@@ -303,11 +296,12 @@ impl Conn {
         // Only a rate fallen back to almost nothing cancels a resumption, not a look that finds the
         // cumulative ACK where the last one left it: in Recovery it moves in jumps as holes fill,
         // and one 50 ms sample in two shows no advance.
-        let recent = self.recent_rate(ack_ts, acked);
+        let base = self.window_base(ack_ts);
+        let recent = rate_from(base, ack_ts, acked);
         if self.ramp && recent >= cfg.rate_fraction * self.rate_bps {
             self.ramp = false;
         }
-        let rate_ok = recent.max(self.sending_rate(ack_ts, acked)) > self.slow_rate(cfg);
+        let rate_ok = recent.max(rate_from(self.after_idle_base(base, ack_ts), ack_ts, acked)) > self.slow_rate(cfg);
         let healthy = rate_ok && acked > self.acked;
         self.hist.push_back((ack_ts, acked, self.hold.in_flight > 0));
         while self.hist.len() > 2 && self.hist.front().is_some_and(|&(t, ..)| t + 2_000_000_000 < ack_ts) {
@@ -480,6 +474,14 @@ impl Conn {
         } else if !self.hold.outstanding() {
             self.end(cfg, now, start, ack_ts.max(start), out);
         }
+    }
+}
+
+/// Bytes per second from `base` (time, bytes acked) to `acked` at `ts`.
+fn rate_from(base: Option<(u64, u64)>, ts: u64, acked: u64) -> f64 {
+    match base {
+        Some((t, a)) if ts > t => acked.saturating_sub(a) as f64 / ((ts - t) as f64 / 1e9),
+        _ => 0.0,
     }
 }
 
