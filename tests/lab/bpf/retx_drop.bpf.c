@@ -4,7 +4,9 @@
 // What it drops, exactly (IPv4/TCP only, per flow = saddr,daddr,sport,dport):
 //  - it remembers the highest end sequence (seq + payload length) seen on the flow;
 //  - a segment with payload whose end sequence is <= that highest end is a retransmission;
-//  - the first TARGET_SEGS distinct starting sequence numbers seen retransmitted become targets;
+//  - the first TARGET_SEGS distinct starting sequence numbers seen retransmitted become targets,
+//    over all flows together (iperf3's control connection meets the random loss too, and a
+//    budget per flow let its one retransmission make 21 targets of 20);
 //  - each retransmission of a target (same starting seq) is dropped, at most DROPS_PER_SEG times
 //    per target; later retransmissions of it pass (so the connection can finish);
 //  - everything else (new data, pure ACKs, SYN/FIN without payload, retransmissions of
@@ -47,7 +49,6 @@ struct flow_key {
 
 struct flow_state {
 	__u32 high_end;
-	__u32 targeted;
 };
 
 struct seg_key {
@@ -75,6 +76,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } retx_stats SEC(".maps");
+
+/* Targets claimed so far, by every flow through this egress. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} retx_budget SEC(".maps");
 
 static __always_inline void count(__u32 idx)
 {
@@ -114,7 +123,7 @@ int retx_drop(struct __sk_buff *skb)
 	count(STAT_DATA);
 	struct flow_state *st = bpf_map_lookup_elem(&retx_flows, &fk);
 	if (!st) {
-		struct flow_state init = { .high_end = seg_end, .targeted = 0 };
+		struct flow_state init = { .high_end = seg_end };
 		if (bpf_map_update_elem(&retx_flows, &fk, &init, BPF_NOEXIST))
 			count(STAT_ERRORS);
 		return TC_ACT_OK;
@@ -135,17 +144,19 @@ int retx_drop(struct __sk_buff *skb)
 		count(STAT_PASSED_RETX);
 		return TC_ACT_OK;
 	}
-	if (st->targeted < TARGET_SEGS && DROPS_PER_SEG > 0) {
+	__u32 zero = 0;
+	__u32 *targeted = bpf_map_lookup_elem(&retx_budget, &zero);
+	if (targeted && *targeted < TARGET_SEGS && DROPS_PER_SEG > 0) {
 		/* Claim a slot before taking it: two CPUs resending at once both saw room for the last
 		 * one, and 21 segments were targeted instead of 20. */
-		if (__sync_fetch_and_add(&st->targeted, 1) >= TARGET_SEGS) {
-			__sync_fetch_and_sub(&st->targeted, 1);
+		if (__sync_fetch_and_add(targeted, 1) >= TARGET_SEGS) {
+			__sync_fetch_and_sub(targeted, 1);
 			count(STAT_PASSED_RETX);
 			return TC_ACT_OK;
 		}
 		__u32 one = 1;
 		if (bpf_map_update_elem(&retx_targets, &sk, &one, BPF_NOEXIST)) {
-			__sync_fetch_and_sub(&st->targeted, 1);
+			__sync_fetch_and_sub(targeted, 1);
 			count(STAT_ERRORS);
 			return TC_ACT_OK;
 		}
