@@ -70,8 +70,11 @@ pub enum Msg {
     Drained(u64),
 }
 
-/// Extra snapshots asked for by detectors are at least this far apart.
-const SNAPSHOT_GAP: Duration = Duration::from_millis(100);
+/// Extra snapshots asked for by detectors are at least this far apart. A stop seen only as
+/// silence waits for its look at least a quarter of the shortest threshold plus 40 ms (77 ms)
+/// after asking: the gap and one poll period must fit in that, even when another connection's
+/// look came just before (the streams of one transfer stall together).
+const SNAPSHOT_GAP: Duration = Duration::from_millis(30);
 /// Records of a pass wait for the daemon rather than being dropped (the agent pulls them, so it
 /// can wait) once this many are in the channel: the start pass alone is one record per socket.
 const PACE: usize = 4096;
@@ -138,7 +141,7 @@ impl Agent {
     }
 
     /// Look at the live set soon (within the ring-buffer poll period, and at most one extra per
-    /// 100 ms), rather than at the next snapshot period: every connection with data outstanding
+    /// 30 ms), rather than at the next snapshot period: every connection with data outstanding
     /// is in it.
     pub fn snapshot_soon(&self) {
         let _ = self.ctl.send(Ctl::Snapshot);
@@ -263,7 +266,9 @@ fn bpf_thread(
     let mut phase: HashSet<u64> = HashSet::new();
     let progs = variants.progs();
     while !stop.load(Ordering::SeqCst) {
-        if let Err(e) = rb.poll(Duration::from_millis(20)) {
+        // A look that is due soon is not kept waiting for the rest of a poll period.
+        let poll = next_snap.saturating_duration_since(Instant::now()).min(Duration::from_millis(20));
+        if let Err(e) = rb.poll(poll) {
             if e.kind() != libbpf_rs::ErrorKind::Interrupted {
                 tracing::warn!("ring buffer poll: {e}");
             }
