@@ -284,7 +284,10 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
 /// Judges a parallel scenario against iperf3's per-stream goodput: even shares raise nothing; a stream
 /// far behind must be flagged and be the one named. Returns the unfair finding, if any.
 pub fn judge_parallel(truth: &Truth, f: &[Value]) -> Option<Value> {
-    let unfair: Vec<&Value> = f.iter().filter(|x| x["kind"] == "unfair").collect();
+    // An episode is reported while it lasts and again when it ends: one per stream and start.
+    let mut unfair: Vec<&Value> = f.iter().filter(|x| x["kind"] == "unfair").collect();
+    let mut seen = std::collections::HashSet::new();
+    unfair.retain(|x| seen.insert((x["conn"]["local"].to_string(), x["start"].to_string())));
     let others: Vec<&Value> = f.iter().filter(|x| x["kind"] != "unfair").collect();
     assert!(others.is_empty(), "only fairness is in question: {others:#?}");
     let rates = &truth.summary.stream_goodput_mbit;
