@@ -127,6 +127,67 @@ fn rtt_stays_within_5_percent_while_carrying_500_mbit() {
     panic!("the delay line did not hold 10 ms at 500 Mbit/s in 3 tries:\n{}", fails.join("\n"));
 }
 
+/// The tbf's own count of bytes sent and datagrams dropped, summed over the router's interfaces.
+fn tbf_counters(lab: &Lab) -> (f64, f64) {
+    let mut out = (0.0, 0.0);
+    for (_, v) in lab.path().qdisc_stats() {
+        for q in v.as_array().into_iter().flatten().filter(|q| q["kind"] == "tbf") {
+            out.0 += q["bytes"].as_f64().unwrap_or(0.0);
+            out.1 += q["drops"].as_f64().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// One try: UDP offered above the rate for 5 s; the shaper's output rate is read from its own byte
+/// counter between 1.5 s and 4.5 s, while it is saturated. Returns (offered, shaped, delivered) in
+/// Mbit/s and whether the shaper dropped during the window (saturated).
+fn tbf_try(lab: &Lab) -> (f64, f64, f64, bool) {
+    let r = &lab.receivers()[0];
+    let mut srv = lab
+        .command(&r.netns, &["iperf3", "-s", "-1", "-p", "5290"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("iperf3 server: {e}"));
+    tcpvigil_lab::traffic::wait_listening(&r.netns, 5290).unwrap_or_else(|e| panic!("{e}"));
+    let dst = r.addr.to_string();
+    let args = ["iperf3", "-c", dst.as_str(), "-p", "5290", "-J", "-u", "-b", "130M", "-l", "1400", "-t", "5"];
+    let client = lab
+        .command(&lab.senders()[0].netns, &args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("iperf3 client: {e}"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let (b0, d0, t0) = {
+        let (b, d) = tbf_counters(lab);
+        (b, d, Instant::now())
+    };
+    std::thread::sleep(Duration::from_millis(3000));
+    let (b1, d1, t1) = {
+        let (b, d) = tbf_counters(lab);
+        (b, d, Instant::now())
+    };
+    let out = client.wait_with_output().unwrap_or_else(|e| panic!("iperf3 client: {e}"));
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("iperf3 JSON: {e}"));
+    if let Some(err) = v["error"].as_str() {
+        panic!("iperf3 reported an error: {err}");
+    }
+    let sum = if v["end"]["sum_received"].is_object() { &v["end"]["sum_received"] } else { &v["end"]["sum"] };
+    let (pk, lost, secs) = (
+        sum["packets"].as_f64().unwrap_or(0.0),
+        sum["lost_packets"].as_f64().unwrap_or(0.0),
+        sum["seconds"].as_f64().unwrap_or(5.0),
+    );
+    // Every datagram is one 1442-byte frame on the wire (1400 + UDP 8 + IP 20 + Ethernet 14), and
+    // tbf counts frames the same way.
+    let offered = pk * 1442.0 * 8.0 / secs / 1e6;
+    let delivered = (pk - lost) * 1442.0 * 8.0 / secs / 1e6;
+    let shaped = (b1 - b0) * 8.0 / (t1 - t0).as_secs_f64() / 1e6;
+    (offered, shaped, delivered, d1 > d0)
+}
+
 #[test]
 fn tbf_shaped_rate_is_within_5_percent_of_setting() {
     let _g = common::serial();
@@ -137,26 +198,25 @@ fn tbf_shaped_rate_is_within_5_percent_of_setting() {
     // A 1 MB queue absorbs the bursts of a UDP sender that is descheduled now and then.
     path.forward.shape = Some(Shape { rate_mbit: 100.0, burst_bytes: None, limit_bytes: Some(1_000_000) });
     let lab = lab_with(path, "tbf_rate");
-    // UDP offered above the rate measures the shaper, not TCP's congestion control. If other work
-    // on the machine keeps iperf3 from offering more than the rate, the try says nothing: retry.
-    let mut wire = 0.0;
+    // The shaper is judged by its own byte counter while it drops (saturated), not by what iperf3
+    // received: a CI run counted 87.4 Mbit/s received, and received also loses what a descheduled
+    // receiver's socket buffer drops after the shaper. A try where the sender could not offer more
+    // than the rate, or where the VM itself stalled, says nothing about the shaper: up to 3 tries,
+    // and a shaper that cannot hold its rate fails all three.
+    let mut tries = Vec::new();
     for attempt in 1..=3 {
-        let v = iperf_json(&lab, &["-u", "-b", "130M", "-l", "1400", "-t", "5"]);
-        let sum = if v["end"]["sum_received"].is_object() { &v["end"]["sum_received"] } else { &v["end"]["sum"] };
-        let (pk, lost, secs) = (
-            sum["packets"].as_f64().unwrap_or(0.0),
-            sum["lost_packets"].as_f64().unwrap_or(0.0),
-            sum["seconds"].as_f64().unwrap_or(5.0),
+        let (offered, shaped, delivered, saturated) = tbf_try(&lab);
+        let what = format!(
+            "offered {offered:.1} Mbit/s, the shaper sent {shaped:.2} Mbit/s while {}, the receiver got {delivered:.2}",
+            if saturated { "dropping" } else { "not dropping" }
         );
-        // Every datagram is one 1442-byte frame on the wire (1400 + UDP 8 + IP 20 + Ethernet 14).
-        let offered = pk * 1442.0 * 8.0 / secs / 1e6;
-        wire = (pk - lost) * 1442.0 * 8.0 / secs / 1e6;
-        eprintln!("tbf 100 Mbit/s, try {attempt}: offered {offered:.1} Mbit/s, {} of {pk} datagrams delivered in {secs:.2} s = {wire:.2} Mbit/s on the wire", pk - lost);
-        if offered >= 110.0 {
-            break;
+        eprintln!("tbf 100 Mbit/s, try {attempt}: {what}");
+        if offered >= 110.0 && saturated && (shaped - 100.0).abs() <= 5.0 {
+            return;
         }
+        tries.push(format!("try {attempt}: {what}"));
     }
-    assert!((wire - 100.0).abs() <= 5.0, "wire rate {wire:.2} Mbit/s not within 5 % of 100");
+    panic!("the shaper did not hold 100 Mbit/s within 5 % while saturated, in 3 tries:\n{}", tries.join("\n"));
 }
 
 #[test]
