@@ -48,7 +48,10 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
         .spawn()
         .expect("start the receiver");
     std::thread::sleep(Duration::from_millis(300));
-    let rec = Recorder::start(&["--conn", &format!(":{port}")], 14);
+    // The recording lasts until the sender's connection has closed, however long a slow host makes
+    // that (a CI run with a fixed 14 s recording missed the last of 6 timeouts); 60 s is only a cap.
+    let rec = Recorder::start(&["--conn", &format!(":{port}")], 60);
+    let t0 = std::time::Instant::now();
     let before = p.mib(&p.snd);
     let out = Command::new("ip")
         .args([
@@ -70,7 +73,10 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
     let _ = rcv.wait();
     assert!(p.wait_settled(&p.snd, Duration::from_secs(2)), "the sender's connection did not close in time");
     let after = p.mib(&p.snd);
-    let (rec, _) = rec.finish();
+    let took = t0.elapsed();
+    // The reader polls the ring buffer every 20 ms at most: the last records are read by then.
+    std::thread::sleep(Duration::from_millis(300));
+    let (rec, _) = rec.stop();
     let d = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
     let mib_rto = d("TcpExtTCPTimeouts");
     let (mut rtos, mut loss_entries) = (0i64, 0i64);
@@ -82,8 +88,9 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
         }
     }
     println!(
-        "RTOs: agent {rtos}, TcpExtTCPTimeouts {mib_rto}; Loss entered {loss_entries} times; retransmitted segs {}",
-        d("TcpRetransSegs")
+        "RTOs: agent {rtos}, TcpExtTCPTimeouts {mib_rto}; Loss entered {loss_entries} times; retransmitted segs {}; transfer and close took {:.1} s",
+        d("TcpRetransSegs"),
+        took.as_secs_f64()
     );
     assert!(d("TcpRetransSegs") > 10, "loss was injected");
     assert_eq!(rtos, mib_rto, "RTO events vs TcpExtTCPTimeouts");

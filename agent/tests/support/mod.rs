@@ -214,6 +214,13 @@ impl Recorder {
         Recorder { child, out }
     }
 
+    /// Ends the recording now (SIGTERM, as systemd or Ctrl-C would), rather than at its duration,
+    /// which is then only a cap: for tests whose traffic takes as long as the host lets it.
+    pub fn stop(self) -> (tcpvigil::recording::Recording, String) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.finish()
+    }
+
     pub fn finish(self) -> (tcpvigil::recording::Recording, String) {
         let out = self.child.wait_with_output().expect("wait for record");
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
