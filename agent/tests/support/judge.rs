@@ -284,10 +284,14 @@ pub fn check(scenario: &str, truth: &Truth, f: &[Value]) -> Row {
 /// Judges a parallel scenario against iperf3's per-stream goodput: even shares raise nothing; a stream
 /// far behind must be flagged and be the one named. Returns the unfair finding, if any.
 pub fn judge_parallel(truth: &Truth, f: &[Value]) -> Option<Value> {
-    // An episode is reported while it lasts and again when it ends: one per stream and start.
-    let mut unfair: Vec<&Value> = f.iter().filter(|x| x["kind"] == "unfair").collect();
+    // An episode is reported while it lasts and again when it ends: one per group and start. The
+    // stream each report names is its slowest then, which may differ among streams equally far
+    // behind (a CI run: iperf3 [56.3, 9.3, 9.3, 9.8], the report while it lasted named the 9.8 one,
+    // the end report a 9.3 one).
+    let reports: Vec<&Value> = f.iter().filter(|x| x["kind"] == "unfair").collect();
     let mut seen = std::collections::HashSet::new();
-    unfair.retain(|x| seen.insert((x["conn"]["local"].to_string(), x["start"].to_string())));
+    let mut unfair = reports.clone();
+    unfair.retain(|x| seen.insert((x["group"].to_string(), x["start"].to_string())));
     let others: Vec<&Value> = f.iter().filter(|x| x["kind"] != "unfair").collect();
     assert!(others.is_empty(), "only fairness is in question: {others:#?}");
     let rates = &truth.summary.stream_goodput_mbit;
@@ -301,10 +305,20 @@ pub fn judge_parallel(truth: &Truth, f: &[Value]) -> Option<Value> {
     if min / max >= 0.4 {
         return unfair.first().map(|x| (*x).clone()); // in between: either answer is defensible
     }
-    assert_eq!(unfair.len(), 1, "one stream far behind per iperf3 ({rates:.1?}): {f:#?}");
-    let slowest = rates.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap();
-    let addr = format!("{}:", truth.senders[slowest].addr);
-    let named = unfair[0]["conn"]["local"].as_str().unwrap_or("");
-    assert!(named.starts_with(&addr), "the slowest stream per iperf3 is sender {slowest} ({addr}), named: {named}");
+    assert_eq!(unfair.len(), 1, "one episode of streams far behind per iperf3 ({rates:.1?}): {f:#?}");
+    // Every report names a stream far behind (below 0.4 of the fastest, as the slowest is).
+    let behind: Vec<String> = rates
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| **r < 0.4 * max)
+        .map(|(i, _)| format!("{}:", truth.senders[i].addr))
+        .collect();
+    for r in &reports {
+        let named = r["conn"]["local"].as_str().unwrap_or("");
+        assert!(
+            behind.iter().any(|a| named.starts_with(a.as_str())),
+            "the streams far behind per iperf3 are {behind:?} ({rates:.1?}), named: {named}"
+        );
+    }
     Some(unfair[0].clone())
 }
