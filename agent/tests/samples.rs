@@ -209,3 +209,142 @@ fn a_sender_whose_every_ack_empties_the_pipe_is_sampled_every_interval() {
     assert!(drained.len() >= 15, "one per 100 ms write expected, {} seen", drained.len());
     assert!(drained.windows(2).all(|w| w[0] < w[1]), "each a later ACK: {drained:?}");
 }
+
+/// CONFIG_HZ of the running kernel (the clock tick the kernel programs count in); the largest
+/// value Linux offers when the config cannot be read.
+fn kernel_hz() -> u64 {
+    let cfg = sh("zcat /proc/config.gz 2>/dev/null || cat /boot/config-$(uname -r) 2>/dev/null");
+    cfg.lines().find_map(|l| l.strip_prefix("CONFIG_HZ=")).and_then(|v| v.trim().parse().ok()).unwrap_or(1000)
+}
+
+/// The sender's data connection in a recording: the one that acknowledged the most.
+fn data_conn(rec: &tcpvigil::recording::Recording) -> u64 {
+    let mut most = (0u64, 0u64);
+    for e in &rec.events {
+        if let Body::Sample(s) = &e.body {
+            if s.bytes_acked > most.1 {
+                most = (e.conn.cookie, s.bytes_acked);
+            }
+        }
+    }
+    most.0
+}
+
+#[test]
+fn the_drained_pipe_check_runs_once_per_clock_tick_on_a_path_shorter_than_one() {
+    if !require_root("the_drained_pipe_check_runs_once_per_clock_tick_on_a_path_shorter_than_one") {
+        return;
+    }
+    // Over veth the round trip is tens of microseconds: a CPU-bound sender's pipe empties on
+    // many ACKs of every tick, and what the emptied pipe leaves (data waiting or not) flips as
+    // iperf3's writes come and go. Checking each such ACK cost the transfer about 3 % of its rate
+    // (docs/scale.md, Throughput); once a tick is enough where no two can come in one tick.
+    let p = Pair::new("k");
+    let port = 5307;
+    let mut srv = p.iperf_server(port);
+    let rec = Recorder::start(&["--conn", &format!(":{port}"), "--sample-every", "50"], 6);
+    let t0 = Instant::now();
+    let v = p.iperf_client(port, 3, &[]);
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = srv.wait();
+    let (rec, _) = rec.finish();
+    let gbit = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9;
+    let cookie = data_conn(&rec);
+    let by_ack = rec
+        .events
+        .iter()
+        .filter(|e| e.conn.cookie == cookie)
+        .filter(
+            |e| matches!(&e.body, Body::Sample(s) if s.drained && s.src != tcpvigil::model::event::SampleSrc::Flush),
+        )
+        .count();
+    let hz = kernel_hz();
+    // One per tick at most, one per 50 ms interval besides, and a few for the start and end.
+    let bound = (hz as f64 + 20.0) * secs + 10.0;
+    eprintln!(
+        "{gbit:.1} Gbit/s; {by_ack} drained-pipe records reported by ACKs in {secs:.1} s (HZ {hz}, at most {bound:.0})"
+    );
+    assert!(gbit > 0.5, "the transfer did not run: {v}");
+    assert!((by_ack as f64) <= bound, "{by_ack} drained-pipe records in {secs:.1} s: more than one per tick");
+}
+
+/// A receiver that reads 256 MB at full speed, then nothing for 4 s: `python3 -c STALL PORT`.
+const STALL: &str = "import socket,sys,time\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('0.0.0.0',int(sys.argv[1])))\ns.listen(1)\nc,_=s.accept()\nn=0\nwhile n<(256<<20):\n    n+=len(c.recv(1<<20))\ntime.sleep(4)\n";
+
+/// 1 GB as fast as the window lets: `python3 -c PUSH HOST PORT`.
+const PUSH: &str = "import socket,sys\nc=socket.create_connection((sys.argv[1],int(sys.argv[2])))\nc.settimeout(6)\nb=b'x'*(1<<20)\ntry:\n    for _ in range(1024): c.sendall(b)\nexcept Exception:\n    pass\n";
+
+#[test]
+fn the_look_reports_the_closed_window_the_last_ack_left_behind() {
+    if !require_root("the_look_reports_the_closed_window_the_last_ack_left_behind") {
+        return;
+    }
+    // The receiver stops reading and its window closes within microseconds of ACKs that still
+    // showed it open. The ACK that left it closed is reported by itself when it was checked, and
+    // by the next look when an earlier ACK of its clock tick was (the check runs once per tick
+    // there): either way the last sample before the look shows the closed window and the data
+    // waiting, dated at that ACK, so the daemon sees a receiver's stall from the kernel's records.
+    let p = Pair::new("w");
+    let port = 5308;
+    let mut rcv = std::process::Command::new("ip")
+        .args(["netns", "exec", &p.rcv, "python3", "-c", STALL, &port.to_string()])
+        .spawn()
+        .expect("receiver");
+    std::thread::sleep(Duration::from_millis(300));
+    let rec = Recorder::start(&["--conn", &format!(":{port}"), "--sample-every", "50"], 4);
+    let mut snd = std::process::Command::new("ip")
+        .args(["netns", "exec", &p.snd, "python3", "-c", PUSH, &p.rcv_ip, &port.to_string()])
+        .spawn()
+        .expect("sender");
+    let (rec, _) = rec.finish();
+    let _ = snd.kill();
+    let _ = snd.wait();
+    let _ = rcv.kill();
+    let _ = rcv.wait();
+    let cookie = data_conn(&rec);
+    let ours: Vec<&tcpvigil::model::Event> = rec.events.iter().filter(|e| e.conn.cookie == cookie).collect();
+    // The last look: the window closed, nothing in flight, data waiting.
+    let (snap_ts, snap) = ours
+        .iter()
+        .rev()
+        .find_map(|e| match &e.body {
+            Body::Snapshot(s) => Some((e.ts_ns, s)),
+            _ => None,
+        })
+        .expect("a look at the sender");
+    eprintln!(
+        "last look: window {} (mss {}), in flight {}, unsent {}",
+        snap.snd_wnd, snap.mss, snap.packets_out, snap.unsent
+    );
+    assert!(snap.snd_wnd < snap.mss && snap.packets_out == 0 && snap.unsent > 0, "the receiver's window did not close");
+    // The last sample before that look: the state an emptying ACK left, the window closed.
+    let (ts, s) = ours
+        .iter()
+        .rev()
+        .filter(|e| e.ts_ns <= snap_ts)
+        .find_map(|e| match &e.body {
+            Body::Sample(s) => Some((e.ts_ns, s)),
+            _ => None,
+        })
+        .expect("a sample");
+    let unsent = s.write_queue.saturating_sub(s.snd_nxt.wrapping_sub(s.snd_una));
+    let flushed = ours
+        .iter()
+        .filter(
+            |e| matches!(&e.body, Body::Sample(s) if s.drained && s.src == tcpvigil::model::event::SampleSrc::Flush),
+        )
+        .count();
+    eprintln!("{flushed} drained-pipe records from looks");
+    eprintln!(
+        "last sample: drained {}, {:?}, window {}, unsent {unsent}, {:.3} s before the look",
+        s.drained,
+        s.src,
+        s.snd_wnd,
+        (snap_ts - ts) as f64 / 1e9
+    );
+    assert!(s.drained && s.snd_wnd < s.mss && unsent > 0, "the last sample does not show the closed window: {s:?}");
+    // Dated at the ACK (to the tick), not at the look: the look comes once a second.
+    let ack_ts = snap_ts.saturating_sub(u64::from(snap.last_ack_age_us) * 1000);
+    let tick = 1_000_000_000 / kernel_hz();
+    assert!(ts <= ack_ts + 2 * tick, "the sample is dated {} ms after the last ACK", (ts - ack_ts) / 1_000_000);
+}

@@ -62,6 +62,7 @@ struct tv_sk {
 	__u8 look_state;
 	__u8 looked;       /* the look_* fields hold a look */
 	__u8 live;         /* in tv_live */
+	__u32 drain_j;     /* jiffies (low half) of the last ACK whose emptied pipe left data waiting */
 };
 
 struct {

@@ -183,6 +183,50 @@ static __always_inline void tv_flush_pending(struct sock *sk, struct tcp_sock *t
 	st->drained_sent = 0;
 }
 
+/* The state the last ACK left, for a look: on a path shorter than a clock tick the per-ACK
+ * drained-pipe check runs once per tick, so the ACK that emptied the pipe last may not have been
+ * reported. When the pipe is empty and what waits differs from the last drained record sent,
+ * fills `s` (dated at that ACK, to the tick) and returns what waits (TV_DRAIN_*) | 0x80; the
+ * caller writes it before its snapshot, so the daemon reads them in order, and records it as sent
+ * (tv_drained_sent) once written. */
+static __always_inline int tv_flush_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
+					    struct tv_config *cfg, __u64 cookie, __u64 now, struct tv_sample *s)
+{
+	if (st->selected || !cfg->bulk_interval_ns || tp->snd_una != tp->snd_nxt ||
+	    tp->bytes_acked < cfg->bulk_min_bytes || BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED)
+		return 0;
+	__u8 class = 0;
+	if (tp->write_seq != tp->snd_nxt)
+		class = tp->snd_wnd < tp->mss_cache ? TV_DRAIN_UNSENT | TV_DRAIN_WND_CLOSED : TV_DRAIN_UNSENT;
+	if (st->drained_sent && st->drained_class == class)
+		return 0;
+	/* An unchecked ACK that emptied the pipe came in the tick of the last check (drain_j);
+	 * anything since then in later ticks was checked and reported. Not before the last record
+	 * sent, for a change no ACK made (the application writing behind a closed window). */
+	__u32 at = st->drain_j;
+	if ((__s32)((__u32)st->last_sample_j - at) > 0)
+		at = (__u32)st->last_sample_j;
+	__u64 age = (__u64)tv_jiffies_to_us((__u32)bpf_jiffies64() - at) * 1000;
+	tv_fill_hdr(&s->h, sk, cookie, TV_K_SAMPLE, sizeof(*s), now > age ? now - age : now);
+	tv_fix_port(&s->h, st);
+	tv_fill_sample(s, tp);
+	s->ack_seq = tp->snd_una;
+	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+		s->sack[i] = 0;
+	s->nsack = 0;
+	s->src = TV_SRC_FLUSH;
+	s->flags = TV_SF_DRAINED;
+	s->_pad = 0;
+	return class | 0x80;
+}
+
+static __always_inline void tv_drained_sent(struct tv_sk *st, int flushed)
+{
+	st->drained_sent = 1;
+	st->drained_class = flushed & 0x7f;
+	tv_count(TV_ST_SAMPLES);
+}
+
 /* Fallback (every kernel with tp_btf, 4.16+; SACK parsing needs 5.5+ for bpf_probe_read_kernel).
  * tcp_probe fires before tcp_ack(): the socket still holds the state after the previous ACK.
  * So the SACK blocks of ACK n are kept in sk_storage and emitted with the state read when
@@ -206,6 +250,20 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		if (!cfg->bulk_interval_ns)
 			return 0;
 		if (!tv_interval_passed(st, cfg, jnow)) {
+			/* A direct load (skb is a trusted BTF pointer here), not a probe read:
+			 * on a long path this runs on every ACK between samples. */
+			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+			/* One drained-pipe check per clock tick once an emptied pipe left data
+			 * waiting: on a path shorter than a tick (loopback, a LAN) the pipe empties
+			 * on most ACKs, and checking each cost a CPU-bound transfer about 3 % of its
+			 * rate. A path of a tick or longer cannot empty its pipe twice in one tick,
+			 * so nothing it reports is skipped; on a shorter one the look reports the
+			 * state the last ACK left (tv_flush_drained) and the stop detector looks
+			 * before it trusts an ACK's report alone. Rounds are still seen per ACK. */
+			int round_due = !st->round_on || (__s32)(cb->ack_seq - st->round_end) >= 0;
+			int checked = st->drain_j == (__u32)jnow;
+			if (checked && !round_due)
+				return 0;
 			/* An ACK that empties the pipe may be the last one for a while: report the
 			 * state it leaves now, or a quiet sender would look stopped. Once per sample
 			 * unless what waits changes: over veth every sixth ACK drains the pipe, and a
@@ -217,13 +275,14 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			 * drained by an earlier ACK) or not bulk: nothing new to report. */
 			if (t->snd_una == t->snd_nxt || t->bytes_acked < cfg->bulk_min_bytes)
 				return 0;
-			/* A direct load (skb is a trusted BTF pointer here), not a probe read:
-			 * on a long path this runs on every ACK between samples. */
-			struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
 			tv_round(sk, t, st, cb, cfg);
-			if (cb->ack_seq != t->snd_nxt)
+			if (checked || cb->ack_seq != t->snd_nxt)
 				return 0;
 			tv_report_drained(sk, t, st, skb, cb, jnow, 0);
+			/* Nothing waiting (the sender idle) is checked again on the next ACK: data the
+			 * application writes within the tick may meet a closed window. */
+			if (st->drained_class)
+				st->drain_j = (__u32)jnow;
 			return 0;
 		}
 	}

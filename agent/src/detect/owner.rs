@@ -23,9 +23,13 @@ pub struct Hold {
     pub probing: bool,
     /// The state after the last ACK the kernel processed: a snapshot, the state a pipe-emptying
     /// ACK leaves, a timer or retransmission, or a periodic sample (after which every ACK that
-    /// empties the pipe is reported). Not a per-ACK sample of a selected connection: those are
-    /// one ACK behind until the next ACK or snapshot.
+    /// empties the pipe is reported, once per clock tick). Not a per-ACK sample of a selected
+    /// connection: those are one ACK behind until the next ACK or snapshot.
     pub exact: bool,
+    /// Reported by an ACK that emptied the pipe, not by a look. The kernel checks such ACKs once
+    /// per clock tick: on a path shorter than a tick a later ACK of the same tick may have left
+    /// something else (the look that follows reports it), so a stop is not judged on this alone.
+    pub by_ack: bool,
 }
 
 impl Hold {
@@ -41,6 +45,7 @@ impl Hold {
             cwnd: s.cwnd,
             probing: false,
             exact: s.drained || !s.selected,
+            by_ack: s.drained,
         }
     }
 
@@ -55,12 +60,13 @@ impl Hold {
             cwnd: s.cwnd,
             probing: s.packets_out == 0 && (s.timer == TIMER_PROBE0 || s.probes_out > 0),
             exact: true,
+            by_ack: false,
         }
     }
 
     /// Data is in flight (a timer fired or a segment was retransmitted: it was outstanding).
     pub fn in_flight_at(self, ts_ns: u64, packets_out: u32) -> Hold {
-        Hold { ts_ns, in_flight: packets_out.max(1), probing: false, exact: true, ..self }
+        Hold { ts_ns, in_flight: packets_out.max(1), probing: false, exact: true, by_ack: false, ..self }
     }
 
     /// Anything to deliver: in flight or waiting to be sent.
@@ -125,7 +131,17 @@ mod tests {
     use crate::detect::tests_support::sample;
 
     fn hold(in_flight: u32, unsent: u64, wnd: u64) -> Hold {
-        Hold { ts_ns: 1, in_flight, unsent, usable_wnd: wnd, mss: 1448, cwnd: 0, probing: false, exact: true }
+        Hold {
+            ts_ns: 1,
+            in_flight,
+            unsent,
+            usable_wnd: wnd,
+            mss: 1448,
+            cwnd: 0,
+            probing: false,
+            exact: true,
+            by_ack: false,
+        }
     }
 
     #[test]

@@ -140,8 +140,10 @@ impl Conn {
         // Silence alone (no timeout, no retransmission) may be the fallback's lag: it reports a
         // bulk connection's ACK when the next one arrives, so ACKs 50 ms apart look like 100-150
         // ms of silence. A fresh look flushes what the kernel holds back; it is waited for a
-        // little past the threshold, within the time to report.
-        let silent_only = self.ev.rtos == 0 && self.ev.retrans_segs == 0 && self.hold.in_flight > 0;
+        // little past the threshold, within the time to report. So is a window an emptying ACK
+        // reported closed: a later ACK of the same clock tick may have left nothing to send.
+        let silent_only =
+            self.ev.rtos == 0 && self.ev.retrans_segs == 0 && (self.hold.in_flight > 0 || self.hold.by_ack);
         let decided = self.ev.rtos > 0 || self.ev.retrans_segs > 0 || self.hold.decided_owner().is_some();
         let ask = (!decided || silent_only) && self.asked.is_none();
         if ask {
