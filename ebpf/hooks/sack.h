@@ -185,28 +185,25 @@ static __always_inline void tv_flush_pending(struct sock *sk, struct tcp_sock *t
 
 /* The state the last ACK left, for a look: on a path shorter than a clock tick the per-ACK
  * drained-pipe check runs once per tick, so the ACK that emptied the pipe last may not have been
- * reported. When the pipe is empty and what waits differs from the last drained record sent,
- * fills `s` (dated at that ACK, to the tick) and returns what waits (TV_DRAIN_*) | 0x80; the
- * caller writes it before its snapshot, so the daemon reads them in order, and records it as sent
- * (tv_drained_sent) once written. */
+ * checked. Only when the last ACK came in the tick of the last check (drain_j): an ACK of a later
+ * tick with the pipe emptied was checked, and one with nothing in flight (a window update, a
+ * probe's answer) empties no pipe, which the snapshot shows as it always did. When what waits
+ * then differs from the last drained record sent, fills `s` (dated at that ACK, to the tick) and
+ * returns what waits (TV_DRAIN_*) | 0x80; the caller writes it before its snapshot, so the daemon
+ * reads them in order, and records it as sent (tv_drained_sent) once written. */
 static __always_inline int tv_flush_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
 					    struct tv_config *cfg, __u64 cookie, __u64 now, struct tv_sample *s)
 {
-	if (st->selected || !cfg->bulk_interval_ns || tp->snd_una != tp->snd_nxt ||
-	    tp->bytes_acked < cfg->bulk_min_bytes || BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED)
+	if (st->selected || !cfg->bulk_interval_ns || tp->rcv_tstamp != st->drain_j ||
+	    tp->snd_una != tp->snd_nxt || tp->bytes_acked < cfg->bulk_min_bytes ||
+	    BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED)
 		return 0;
 	__u8 class = 0;
 	if (tp->write_seq != tp->snd_nxt)
 		class = tp->snd_wnd < tp->mss_cache ? TV_DRAIN_UNSENT | TV_DRAIN_WND_CLOSED : TV_DRAIN_UNSENT;
 	if (st->drained_sent && st->drained_class == class)
 		return 0;
-	/* An unchecked ACK that emptied the pipe came in the tick of the last check (drain_j);
-	 * anything since then in later ticks was checked and reported. Not before the last record
-	 * sent, for a change no ACK made (the application writing behind a closed window). */
-	__u32 at = st->drain_j;
-	if ((__s32)((__u32)st->last_sample_j - at) > 0)
-		at = (__u32)st->last_sample_j;
-	__u64 age = (__u64)tv_jiffies_to_us((__u32)bpf_jiffies64() - at) * 1000;
+	__u64 age = (__u64)tv_jiffies_to_us((__u32)bpf_jiffies64() - tp->rcv_tstamp) * 1000;
 	tv_fill_hdr(&s->h, sk, cookie, TV_K_SAMPLE, sizeof(*s), now > age ? now - age : now);
 	tv_fix_port(&s->h, st);
 	tv_fill_sample(s, tp);

@@ -23,6 +23,28 @@ fn a_receiver_that_stops_reading_is_the_receivers_stop_from_the_first_report() {
     assert_eq!(verdict(last), (StopOwner::Receiver, StopCause::ZeroWindow));
 }
 
+/// `agent/tests/containers.rs` on loopback, a receiver reading in bursts: the kernel checks one
+/// emptying ACK per clock tick there, and reported one that left data waiting behind an open window,
+/// not the ACK of the same tick that closed it again. The stop turned `undetermined` for a while.
+#[test]
+fn an_emptying_acks_open_window_during_a_receivers_stop_waits_for_a_look() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 1500 * MS);
+    assert_eq!(verdict(r.first()), (StopOwner::Receiver, StopCause::ZeroWindow));
+    r.wants_snapshot();
+    // The receiver read a little: a burst went out and its last ACK (checked) left more waiting
+    // with the window open. Data that waits behind an open window is sent at once.
+    r.see(t + 1500 * MS, drained(acked + 65536, 4 << 20, 300_000));
+    r.ticks(t + 1500 * MS, t + 1700 * MS);
+    assert!(r.wants_snapshot(), "only a look tells what the ACKs after it left");
+    assert!(r.all_owned_by(StopOwner::Receiver), "{:?}", r.out);
+    // The look: the window closed again, nothing in flight.
+    r.see(t + 1720 * MS, snapshot(acked + 65536, 0, 4 << 20, 0, 200_000));
+    r.ticks(t + 1700 * MS, t + 2000 * MS);
+    assert!(r.all_owned_by(StopOwner::Receiver), "{:?}", r.out);
+}
+
 /// Lab fuzz seed 2026 run 9: three fast retransmissions after a 3.3 s zero window made the
 /// receiver's stop network/slow_recovery.
 #[test]
