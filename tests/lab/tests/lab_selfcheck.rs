@@ -18,18 +18,23 @@ fn iperf_json(lab: &Lab, args: &[&str]) -> serde_json::Value {
     try_iperf_json(lab, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// iperf3's JSON, or the error it reported. Its control connection crosses the lab's path too:
-/// with 2 % loss a delayed control message makes iperf3 3.12 give up ("unable to read from stream
-/// socket: Resource temporarily unavailable", seen in CI), which says nothing about the lab.
-fn try_iperf_json(lab: &Lab, args: &[&str]) -> Result<serde_json::Value, String> {
+/// An iperf3 server for one test on the first receiver, listening; and the address to reach it.
+fn iperf_server(lab: &Lab) -> (std::process::Child, String) {
     let r = &lab.receivers()[0];
-    let mut srv = lab
+    let srv = lab
         .command(&r.netns, &["iperf3", "-s", "-1", "-p", "5290"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("iperf3 server: {e}"));
     tcpvigil_lab::traffic::wait_listening(&r.netns, 5290).unwrap_or_else(|e| panic!("{e}"));
-    let dst = r.addr.to_string();
+    (srv, r.addr.to_string())
+}
+
+/// iperf3's JSON, or the error it reported. Its control connection crosses the lab's path too:
+/// with 2 % loss a delayed control message makes iperf3 3.12 give up ("unable to read from stream
+/// socket: Resource temporarily unavailable", seen in CI), which says nothing about the lab.
+fn try_iperf_json(lab: &Lab, args: &[&str]) -> Result<serde_json::Value, String> {
+    let (mut srv, dst) = iperf_server(lab);
     let mut full = vec!["iperf3", "-c", dst.as_str(), "-p", "5290", "-J"];
     full.extend_from_slice(args);
     let out = lab.exec(&lab.senders()[0].netns, &full);
@@ -143,14 +148,7 @@ fn tbf_counters(lab: &Lab) -> (f64, f64) {
 /// counter between 1.5 s and 4.5 s, while it is saturated. Returns (offered, shaped, delivered) in
 /// Mbit/s and whether the shaper dropped during the window (saturated).
 fn tbf_try(lab: &Lab) -> (f64, f64, f64, bool) {
-    let r = &lab.receivers()[0];
-    let mut srv = lab
-        .command(&r.netns, &["iperf3", "-s", "-1", "-p", "5290"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("iperf3 server: {e}"));
-    tcpvigil_lab::traffic::wait_listening(&r.netns, 5290).unwrap_or_else(|e| panic!("{e}"));
-    let dst = r.addr.to_string();
+    let (mut srv, dst) = iperf_server(lab);
     let args = ["iperf3", "-c", dst.as_str(), "-p", "5290", "-J", "-u", "-b", "130M", "-l", "1400", "-t", "5"];
     let client = lab
         .command(&lab.senders()[0].netns, &args)
