@@ -142,6 +142,11 @@ def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
 
+def busy_cpu():
+    """CPU seconds all CPUs spent busy so far (user, nice, system, irq, softirq; not idle, iowait or stolen)."""
+    f = open("/proc/stat").readline().split()[1:]
+    return sum(int(f[i]) for i in (0, 1, 2, 5, 6)) / TICK
+
 def status(pid, key):
     for l in open(f"/proc/{pid}/status"):
         if l.startswith(key + ":"):
@@ -293,30 +298,32 @@ def throughput():
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(3)
     runs = {"without": [], "floor": [], "daemon": []}
+    per_byte = {"without": [], "floor": [], "daemon": []}
     busy = []
-    def window():
+    def window(name):
         if cli.poll() is not None:
             raise SystemExit(f"the iperf3 transfer ended: {cli.stderr.read().strip()}")
-        b0, t0 = lo_bytes(h[0].pid), time.monotonic()
+        b0, t0, c0 = lo_bytes(h[0].pid), time.monotonic(), busy_cpu()
         time.sleep(5)
-        b1, t1 = lo_bytes(h[0].pid), time.monotonic()
+        b1, t1, c1 = lo_bytes(h[0].pid), time.monotonic(), busy_cpu()
+        per_byte[name].append((c1 - c0) / max(b1 - b0, 1))
         return (b1 - b0) * 8 / (t1 - t0) / 1e9
     def arm(name):
         if name == "without":
             time.sleep(2)
-            runs[name].append(window())
+            runs[name].append(window(name))
         elif name == "floor":
             f = subprocess.Popen([FLOOR, floor_obj, "floor_empty"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             said = f.stderr.readline()
             if "attached floor_empty" not in said:
                 raise SystemExit(f"{FLOOR} did not attach floor_empty: {said.strip()}")
             time.sleep(2)
-            runs[name].append(window())
+            runs[name].append(window(name))
             f.stdin.close(); f.wait()
         else:
             d = daemon_up()
             c0, w0 = cpu(d.pid), time.time()
-            runs[name].append(window())
+            runs[name].append(window(name))
             busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
             d.send_signal(signal.SIGINT); d.wait()
     arms = list(runs)
@@ -326,17 +333,27 @@ def throughput():
                 arm(a)
             w, f, d = (runs[a][-1] for a in arms)
             print(f"  round {i + 1}/{ROUNDS}: {w:.1f} Gbit/s alone, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
-                  f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core)", flush=True)
+                  f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core); "
+                  f"CPU per byte against alone: empty hook {per_byte['without'][-1] / per_byte['floor'][-1] * 100:.1f} %, "
+                  f"daemon {per_byte['without'][-1] / per_byte['daemon'][-1] * 100:.1f} %", flush=True)
     finally:
         cli.kill(); srv.kill(); cli.wait(); srv.wait()
         stop(h)
     ratios = lambda a, base="without": [y / x for x, y in zip(runs[base], runs[a])]
+    # What a transfer bound by CPU alone would keep: the CPU time all CPUs spent per byte moved,
+    # alone against beside it (the VM's idle gaps, where the transfer waits on a wakeup the host
+    # is slow to deliver, count for neither; its stolen time is not busy time).
+    cost = lambda a, base="without": [x / y for x, y in zip(per_byte[base], per_byte[a])]
     print(f"alone {[round(x, 1) for x in runs['without']]}, empty hook {[round(x, 1) for x in runs['floor']]}, "
           f"daemon {[round(x, 1) for x in runs['daemon']]} Gbit/s")
     for what, r in (("beside the daemon", ratios("daemon")), ("beside the empty hook alone", ratios("floor")),
                     ("the daemon beside the empty hook", ratios("daemon", "floor"))):
         m, lo, hi = kept(r)
         print(f"kept {what}: {m:.1f} % (median of the rounds' ratios; 90 % interval {lo:.1f}-{hi:.1f} %)")
+    for what, r in (("beside the daemon", cost("daemon")), ("beside the empty hook alone", cost("floor")),
+                    ("the daemon beside the empty hook", cost("daemon", "floor"))):
+        m, lo, hi = kept(r)
+        print(f"CPU per byte, kept if bound by CPU alone {what}: {m:.1f} % (90 % interval {lo:.1f}-{hi:.1f} %)")
 
 try:
     sh("ip", "netns", "add", NS)

@@ -3,7 +3,7 @@
 //! retransmit timer runs its zero-window branch, which the kernel does not count as a timeout.
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -42,12 +42,7 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
     p.shape(100, 0);
     p.random_loss(port, 4);
     let sns: u32 = sh(&format!("stat -L -c %i /run/netns/{}", p.snd)).trim().parse().expect("netns inode");
-    let mut rcv = Command::new("ip")
-        .args(["netns", "exec", &p.rcv, "python3", "-c", RECEIVER, &port.to_string()])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the receiver");
-    std::thread::sleep(Duration::from_millis(300));
+    let mut rcv = p.python_receiver(RECEIVER, port);
     // The recording lasts until the sender's connection has closed, however long a slow host makes
     // that (a CI run with a fixed 14 s recording missed the last of 6 timeouts); 60 s is only a cap.
     let rec = Recorder::start(&["--conn", &format!(":{port}")], 60);

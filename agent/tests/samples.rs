@@ -184,16 +184,9 @@ fn a_sender_whose_every_ack_empties_the_pipe_is_sampled_every_interval() {
     // reported before (lab fuzz seed 23 runs 44 and 56: the daemon saw one ACK in 0.2 s of them).
     let p = Pair::new("d");
     let port = 5305;
-    let mut sink = std::process::Command::new("ip")
-        .args(["netns", "exec", &p.rcv, "python3", "-c", SINK, &port.to_string()])
-        .spawn()
-        .expect("sink");
-    std::thread::sleep(Duration::from_millis(300));
+    let mut sink = p.python_receiver(SINK, port);
     let rec = Recorder::start(&["--conn", &format!(":{port}"), "--sample-every", "50"], 5);
-    let st = std::process::Command::new("ip")
-        .args(["netns", "exec", &p.snd, "python3", "-c", TRICKLE, &p.rcv_ip, &port.to_string()])
-        .status()
-        .expect("trickle");
+    let st = p.python_sender(TRICKLE, port).wait().expect("trickle");
     assert!(st.success());
     let _ = sink.wait();
     let (rec, _) = rec.finish();
@@ -286,16 +279,9 @@ fn the_look_reports_the_closed_window_the_last_ack_left_behind() {
     // waiting, dated at that ACK, so the daemon sees a receiver's stall from the kernel's records.
     let p = Pair::new("w");
     let port = 5308;
-    let mut rcv = std::process::Command::new("ip")
-        .args(["netns", "exec", &p.rcv, "python3", "-c", STALL, &port.to_string()])
-        .spawn()
-        .expect("receiver");
-    std::thread::sleep(Duration::from_millis(300));
+    let mut rcv = p.python_receiver(STALL, port);
     let rec = Recorder::start(&["--conn", &format!(":{port}"), "--sample-every", "50"], 4);
-    let mut snd = std::process::Command::new("ip")
-        .args(["netns", "exec", &p.snd, "python3", "-c", PUSH, &p.rcv_ip, &port.to_string()])
-        .spawn()
-        .expect("sender");
+    let mut snd = p.python_sender(PUSH, port);
     let (rec, _) = rec.finish();
     let _ = snd.kill();
     let _ = snd.wait();

@@ -40,15 +40,8 @@ int tv_look(struct bpf_iter__bpf_sk_storage_map *ctx)
 	int busy = tp->write_seq != una;
 	int moved = !st->looked || una != st->look_una || rcv != st->look_rcv || copied != st->look_copied ||
 		    state != st->look_state;
-	struct tv_sample d;
-	int flushed = tv_flush_drained(sk, tp, st, cfg, cookie, now, &d);
-	if (flushed) {
-		if (bpf_seq_write(ctx->meta->seq, &d, sizeof(d))) {
-			tv_count(TV_ST_SEQ_WRITE_FAIL);
-			return 0;
-		}
-		tv_drained_sent(st, flushed);
-	}
+	if (tv_write_drained(ctx->meta->seq, sk, tp, st, cfg, cookie, now))
+		return 0;
 	if (moved || busy || st->selected) {
 		__u32 zero = 0;
 		struct tv_snap *s = bpf_map_lookup_elem(&tv_snap_scratch, &zero);

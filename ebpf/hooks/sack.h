@@ -29,6 +29,17 @@ static __always_inline void tv_emit_sample(struct sock *sk, struct tcp_sock *tp,
 	tv_count(TV_ST_SAMPLES);
 }
 
+/* The tail of a record that carries no SACK blocks: from src, with these flags. */
+static __always_inline void tv_no_blocks(struct tv_sample *s, __u8 src, __u8 flags)
+{
+	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
+		s->sack[i] = 0;
+	s->nsack = 0;
+	s->src = src;
+	s->flags = flags;
+	s->_pad = 0;
+}
+
 /* What an ACK of everything sent leaves waiting (TV_DRAIN_*), and the window it advertises: the
  * two facts that tell a stalled receiver (window closed, data waiting) from an idle sender
  * (nothing waiting) once the pipe is empty. The header is read only when data waits. */
@@ -78,12 +89,7 @@ static __always_inline void tv_report_drained(struct sock *sk, struct tcp_sock *
 	s->ack_seq = ack;
 	s->snd_wnd = wnd;
 	s->packets_out = s->lost_out = s->sacked_out = s->retrans_out = s->in_flight = 0;
-	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
-		s->sack[i] = 0;
-	s->nsack = 0;
-	s->src = TV_SRC_PROBE;
-	s->flags = TV_SF_DRAINED;
-	s->_pad = 0;
+	tv_no_blocks(s, TV_SRC_PROBE, TV_SF_DRAINED);
 	tv_submit(s);
 	tv_count(TV_ST_SAMPLES);
 }
@@ -122,12 +128,7 @@ static __always_inline void tv_round(struct sock *sk, struct tcp_sock *tp, struc
 		s->snd_una = ack;
 	}
 	s->ack_seq = ack;
-	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
-		s->sack[i] = 0;
-	s->nsack = 0;
-	s->src = TV_SRC_PROBE;
-	s->flags = TV_SF_ROUND;
-	s->_pad = 0;
+	tv_no_blocks(s, TV_SRC_PROBE, TV_SF_ROUND);
 	tv_submit(s);
 	tv_count(TV_ST_SAMPLES);
 }
@@ -189,8 +190,7 @@ static __always_inline void tv_flush_pending(struct sock *sk, struct tcp_sock *t
  * tick with the pipe emptied was checked, and one with nothing in flight (a window update, a
  * probe's answer) empties no pipe, which the snapshot shows as it always did. When what waits
  * then differs from the last drained record sent, fills `s` (dated at that ACK, to the tick) and
- * returns what waits (TV_DRAIN_*) | 0x80; the caller writes it before its snapshot, so the daemon
- * reads them in order, and records it as sent (tv_drained_sent) once written. */
+ * returns what waits (TV_DRAIN_*) | 0x80 for tv_write_drained. */
 static __always_inline int tv_flush_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
 					    struct tv_config *cfg, __u64 cookie, __u64 now, struct tv_sample *s)
 {
@@ -208,20 +208,27 @@ static __always_inline int tv_flush_drained(struct sock *sk, struct tcp_sock *tp
 	tv_fix_port(&s->h, st);
 	tv_fill_sample(s, tp);
 	s->ack_seq = tp->snd_una;
-	for (int i = 0; i < 2 * TV_MAX_SACK; i++)
-		s->sack[i] = 0;
-	s->nsack = 0;
-	s->src = TV_SRC_FLUSH;
-	s->flags = TV_SF_DRAINED;
-	s->_pad = 0;
+	tv_no_blocks(s, TV_SRC_FLUSH, TV_SF_DRAINED);
 	return class | 0x80;
 }
 
-static __always_inline void tv_drained_sent(struct tv_sk *st, int flushed)
+/* Write what tv_flush_drained found to an iterator's output, before the socket's snapshot.
+ * Returns -1 when the output refused it (a full page: the kernel shows the socket again). */
+static __always_inline int tv_write_drained(struct seq_file *seq, struct sock *sk, struct tcp_sock *tp,
+					    struct tv_sk *st, struct tv_config *cfg, __u64 cookie, __u64 now)
 {
+	struct tv_sample d;
+	int flushed = tv_flush_drained(sk, tp, st, cfg, cookie, now, &d);
+	if (!flushed)
+		return 0;
+	if (bpf_seq_write(seq, &d, sizeof(d))) {
+		tv_count(TV_ST_SEQ_WRITE_FAIL);
+		return -1;
+	}
 	st->drained_sent = 1;
 	st->drained_class = flushed & 0x7f;
 	tv_count(TV_ST_SAMPLES);
+	return 0;
 }
 
 /* Fallback (every kernel with tp_btf, 4.16+; SACK parsing needs 5.5+ for bpf_probe_read_kernel).

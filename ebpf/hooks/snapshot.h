@@ -61,17 +61,8 @@ int tv_iter(struct bpf_iter__tcp *ctx)
 			return 0;
 		}
 	}
-	if (st && cfg) {
-		struct tv_sample d;
-		int flushed = tv_flush_drained(sk, tp, st, cfg, cookie, now, &d);
-		if (flushed) {
-			if (bpf_seq_write(ctx->meta->seq, &d, sizeof(d))) {
-				tv_count(TV_ST_SEQ_WRITE_FAIL);
-				return 0;
-			}
-			tv_drained_sent(st, flushed);
-		}
-	}
+	if (st && cfg && tv_write_drained(ctx->meta->seq, sk, tp, st, cfg, cookie, now))
+		return 0;
 	__u32 zero = 0;
 	struct tv_snap *s = bpf_map_lookup_elem(&tv_snap_scratch, &zero);
 	if (!s)

@@ -135,6 +135,26 @@ impl Pair {
         false
     }
 
+    /// A Python receiver (`python3 -c script PORT`) in the receiver's namespace, given 300 ms to
+    /// listen.
+    pub fn python_receiver(&self, script: &str, port: u16) -> Child {
+        let c = Command::new("ip")
+            .args(["netns", "exec", &self.rcv, "python3", "-c", script, &port.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the Python receiver");
+        std::thread::sleep(Duration::from_millis(300));
+        c
+    }
+
+    /// A Python sender (`python3 -c script RECEIVER_IP PORT`) in the sender's namespace.
+    pub fn python_sender(&self, script: &str, port: u16) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", &self.snd, "python3", "-c", script, &self.rcv_ip, &port.to_string()])
+            .spawn()
+            .expect("start the Python sender")
+    }
+
     pub fn iperf_server(&self, port: u16) -> Child {
         let c = Command::new("ip")
             .args(["netns", "exec", &self.rcv, "iperf3", "-s", "-1", "-p", &port.to_string()])
