@@ -7,7 +7,7 @@ use crate::detect::owner::StopOwner;
 use crate::model::event::{CA_LOSS, CA_RECOVERY};
 use crate::model::{Finding, Mechanism, PathTag, StopCause};
 
-/// How long past the threshold a stop seen only as silence waits for the fresh look it asked for.
+/// How long past the threshold a stop waits for the fresh look it asked for.
 const LOOK_WAIT_NS: u64 = 40_000_000;
 
 /// Timeouts in a row, nothing acknowledged between them, that make a stop of a connection not
@@ -141,16 +141,17 @@ impl Conn {
         if quiet * 4 < threshold * 3 {
             return false;
         }
-        // Past three quarters of the threshold: make sure the owner can be decided by then.
-        // Silence alone (no timeout, no retransmission) may be the fallback's lag: it reports a
-        // bulk connection's ACK when the next one arrives, so ACKs 50 ms apart look like 100-150
-        // ms of silence. A fresh look flushes what the kernel holds back; it is waited for a
-        // little past the threshold, within the time to report. So is a window an emptying ACK
-        // reported closed: a later ACK of the same clock tick may have left nothing to send.
-        let silent_only =
-            self.ev.rtos == 0 && self.ev.retrans_segs == 0 && (self.hold.in_flight > 0 || self.hold.by_ack);
+        // Past three quarters of the threshold: a fresh look, so that the stop starts at the
+        // last delivery and its owner can be decided by then. The fallback reports a bulk
+        // connection's ACK when the next one arrives, and samples come once per interval: the
+        // last advance before a silence may not have been reported (ACKs 50 ms apart look like
+        // 100-150 ms of silence; in Recovery on a long path, the last advance came a round trip
+        // after the last sample). A look flushes what the kernel holds back and dates the last
+        // ACK; it is waited for a little past the threshold, within the time to report. It also
+        // confirms a window an emptying ACK reported closed: a later ACK of the same clock tick
+        // may have left nothing to send.
         let decided = self.ev.rtos > 0 || self.ev.retrans_segs > 0 || self.hold.decided_owner().is_some();
-        let ask = (!decided || silent_only) && self.asked.is_none();
+        let ask = self.asked.is_none();
         if ask {
             self.asked = Some(now);
         }
@@ -162,7 +163,7 @@ impl Conn {
             return ask;
         }
         let looked = self.asked.is_some_and(|t| self.hold.ts_ns >= t);
-        if silent_only && !looked && now < self.anchor.0 + threshold + LOOK_WAIT_NS {
+        if !looked && now < self.anchor.0 + threshold + LOOK_WAIT_NS {
             return ask;
         }
         let v = self.judge(cfg, false);

@@ -99,3 +99,48 @@ fn a_retransmission_lost_again_and_resent_late_is_named_with_its_delay() {
     assert_eq!(verdict(last).1, StopCause::LostRetransmit);
     assert_eq!(last.evidence["max_lost_retransmit_delay_s"], 0.38);
 }
+
+#[test]
+fn a_stop_with_retransmissions_starts_at_the_last_advance_a_look_shows_not_at_the_last_sample() {
+    // Lab fuzz seed 131 run 11 (reno, 220 ms RTT, a forward outage in Recovery): the last sample
+    // showed no advance; the last ACK before the outage repaired a hole and moved the cumulative
+    // ACK a round trip later, but the fallback reports an ACK's state when the next ACK comes,
+    // and none came. Retransmissions made the owner certain, so no look was asked for, and the
+    // stop was dated at the sample: a round trip early.
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 5 * MS, Body::Retrans(retrans(CA_RECOVERY, 40, 80)));
+    r.see_and_tick(t + 10 * MS, sample(acked, 40, CA_RECOVERY, 1 << 20));
+    let hidden = t + 60 * MS; // the advance only a look will show
+    let mut asked = None;
+    let mut at = t + 10 * MS;
+    while at < t + 400 * MS && asked.is_none() {
+        at += 10 * MS;
+        r.tick(at);
+        if r.wants_snapshot() {
+            asked = Some(at);
+        }
+    }
+    let asked = asked.expect("a look is asked for before the stop is judged");
+    assert!(r.out.is_empty(), "judged before the look came: {:?}", r.out);
+    let look = asked + 5 * MS;
+    r.see(look, snapshot(acked + 400_000, 60, 1 << 20, 1 << 20, ((look - hidden) / 1000) as u32));
+    r.ticks(look, hidden + 400 * MS);
+    assert_eq!(r.first().start_ns, hidden, "the stop starts at the last advance");
+    assert!(r.all_owned_by(StopOwner::Network), "{:?}", r.out);
+}
+
+#[test]
+fn a_stop_decided_by_retransmissions_is_reported_when_the_look_it_asked_for_never_comes() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 5 * MS, Body::Retrans(retrans(CA_RECOVERY, 40, 80)));
+    r.see_and_tick(t + 10 * MS, sample(acked, 40, CA_RECOVERY, 1 << 20));
+    // 150 ms threshold at 20 ms srtt, then at most 40 ms for the look, on 10 ms ticks.
+    let mut at = t + 10 * MS;
+    while at < t + 200 * MS {
+        at += 10 * MS;
+        r.tick(at);
+    }
+    let first = r.first();
+    assert_eq!((first.start_ns, first.owner), (t, Some(StopOwner::Network)));
+    assert!(first.ts_ns <= t + 200 * MS, "reported {} ms after its start", (first.ts_ns - t) / MS);
+}
