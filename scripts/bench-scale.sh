@@ -19,7 +19,8 @@
 # alone, beside an empty program on the same per-ACK hook (bench/floor.bpf.c's floor_empty: the
 # floor any such hook costs) and beside the daemon, as windows of one transfer taking turns in
 # rotating order (4 rounds unless --rounds): the medians of the rounds' ratios, with a bootstrap
-# interval.
+# interval; and the same for the CPU time all CPUs spent per byte moved (what a transfer bound by
+# CPU alone keeps: the VM's idle gaps, waiting on wakeups, count for neither arm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/tcpvigil
@@ -141,6 +142,18 @@ def kill_all(ps):
 def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
+
+def switches(pid):
+    """Context switches of all of a process's threads so far: how often it was woken (or preempted)."""
+    n = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            for l in open(f"/proc/{pid}/task/{t}/status"):
+                if l.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    n += int(l.split()[1])
+        except OSError:
+            pass
+    return n
 
 def busy_cpu():
     """CPU seconds all CPUs spent busy so far (user, nice, system, irq, softirq; not idle, iowait or stolen)."""
@@ -299,7 +312,7 @@ def throughput():
     time.sleep(3)
     runs = {"without": [], "floor": [], "daemon": []}
     per_byte = {"without": [], "floor": [], "daemon": []}
-    busy = []
+    busy, woke = [], []
     def window(name):
         if cli.poll() is not None:
             raise SystemExit(f"the iperf3 transfer ended: {cli.stderr.read().strip()}")
@@ -322,9 +335,10 @@ def throughput():
             f.stdin.close(); f.wait()
         else:
             d = daemon_up()
-            c0, w0 = cpu(d.pid), time.time()
+            c0, w0, s0 = cpu(d.pid), time.time(), switches(d.pid)
             runs[name].append(window(name))
             busy.append((cpu(d.pid) - c0) / (time.time() - w0) * 100)
+            woke.append((switches(d.pid) - s0) / (time.time() - w0))
             d.send_signal(signal.SIGINT); d.wait()
     arms = list(runs)
     try:
@@ -333,7 +347,8 @@ def throughput():
                 arm(a)
             w, f, d = (runs[a][-1] for a in arms)
             print(f"  round {i + 1}/{ROUNDS}: {w:.1f} Gbit/s alone, {f:.1f} beside the empty hook ({f / w * 100:.1f} %), "
-                  f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core); "
+                  f"{d:.1f} beside the daemon ({d / w * 100:.1f} %; its own CPU meanwhile {busy[-1]:.1f} % of a core, "
+                  f"its threads woken {woke[-1]:.0f} times a second); "
                   f"CPU per byte against alone: empty hook {per_byte['without'][-1] / per_byte['floor'][-1] * 100:.1f} %, "
                   f"daemon {per_byte['without'][-1] / per_byte['daemon'][-1] * 100:.1f} %", flush=True)
     finally:
