@@ -7,7 +7,7 @@ use crate::detect::owner::StopOwner;
 use crate::model::event::{CA_LOSS, CA_RECOVERY};
 use crate::model::{Finding, Mechanism, PathTag, StopCause};
 
-/// How long past the threshold a stop waits for the fresh look it asked for.
+/// How long past the threshold a stop in doubt waits for the fresh look it asked for.
 const LOOK_WAIT_NS: u64 = 40_000_000;
 
 /// Timeouts in a row, nothing acknowledged between them, that make a stop of a connection not
@@ -150,6 +150,8 @@ impl Conn {
         // ACK; it is waited for a little past the threshold, within the time to report. It also
         // confirms a window an emptying ACK reported closed: a later ACK of the same clock tick
         // may have left nothing to send.
+        let silent_only =
+            self.ev.rtos == 0 && self.ev.retrans_segs == 0 && (self.hold.in_flight > 0 || self.hold.by_ack);
         let decided = self.ev.rtos > 0 || self.ev.retrans_segs > 0 || self.hold.decided_owner().is_some();
         let ask = self.asked.is_none();
         if ask {
@@ -162,8 +164,12 @@ impl Conn {
         if !decided && !waited_out {
             return ask;
         }
+        // Waited for where the records leave the start or the owner in doubt: silence alone, or
+        // timeouts and retransmissions with data in flight (the last advance may be held back).
+        // A window seen closed decides at once.
         let looked = self.asked.is_some_and(|t| self.hold.ts_ns >= t);
-        if !looked && now < self.anchor.0 + threshold + LOOK_WAIT_NS {
+        let doubt = silent_only || self.hold.decided_owner().is_none();
+        if doubt && !looked && now < self.anchor.0 + threshold + LOOK_WAIT_NS {
             return ask;
         }
         let v = self.judge(cfg, false);
