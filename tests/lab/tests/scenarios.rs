@@ -143,7 +143,16 @@ fn every_scenario_runs_end_to_end_and_shows_its_phenomenon() {
     for sc in Scenario::all().into_iter().filter(|s| !common::MECHANISM_SCENARIOS.contains(&s.name.as_str())) {
         let started = std::time::Instant::now();
         let opts = RunOptions { out_dir: out.clone(), ..RunOptions::default() };
-        let res = sc.run(&opts).and_then(|t| Truth::load(&t.run_dir.join("truth.json")));
+        let mut res = sc.run(&opts).and_then(|t| Truth::load(&t.run_dir.join("truth.json")));
+        // The policer drops only once the sender outruns 500 Mbit/s through the delay line for
+        // the 16 MB bucket's worth; a host with stolen time may not get there in one run (CI:
+        // 340 Mbit/s, nothing dropped). A second run decides; a policer that never drops fails both.
+        if sc.name == "policer-burst" {
+            if let Some(e) = res.as_ref().ok().and_then(|t| check(t).err()) {
+                eprintln!("{}: {e}; running it once more", sc.name);
+                res = sc.run(&opts).and_then(|t| Truth::load(&t.run_dir.join("truth.json")));
+            }
+        }
         match res {
             Ok(t) => {
                 let starts: Vec<String> =
