@@ -8,6 +8,18 @@ fn now_ns(clock: ClockId) -> Option<i128> {
     clock_gettime(clock).ok().map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
 }
 
+/// The detectors' time passes (a tick) no sooner than this after the last tick, ...
+pub const TICK_MIN: Duration = Duration::from_millis(20);
+/// ... and no later than this, whenever they are next due (a stop's ask or threshold, the next
+/// fairness evaluation): the daemon's threads wake that often, and every wakeup takes the CPU
+/// from whatever runs, a CPU-bound transfer included.
+pub const TICK_MAX: Duration = Duration::from_millis(200);
+
+/// When the tick after one at `now_ns` comes, for detectors next due at `due_ns`.
+pub fn next_tick(now_ns: u64, due_ns: u64) -> u64 {
+    due_ns.clamp(now_ns + TICK_MIN.as_nanos() as u64, now_ns + TICK_MAX.as_nanos() as u64)
+}
+
 /// CLOCK_MONOTONIC now, nanoseconds.
 pub fn mono_now_ns() -> u64 {
     now_ns(ClockId::CLOCK_MONOTONIC).map_or(0, |t| t as u64)

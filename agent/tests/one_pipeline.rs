@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tcpvigil::config::Config;
-use tcpvigil::detect::{analyze, pipeline::schedule, Pipeline};
+use tcpvigil::detect::{analyze, pipeline::replay, Pipeline};
 use tcpvigil::export::events::{finding_json, host_name};
 use tcpvigil::export::outputs::Outputs;
 use tcpvigil::export::{EventsWriter, Metrics};
@@ -78,9 +78,7 @@ fn every_fixture_through_the_daemons_outputs_gives_the_findings_analyze_gives() 
         let clock = tcpvigil::clock::WallOffset::with_reader(Box::new(move || offset));
         let events = Some(EventsWriter::with_writer(Box::new(buf.clone()), offset));
         let mut out = Outputs::with_clock(metrics, events, None, clock);
-        for input in schedule(&rec.events) {
-            out.step(&mut pipe, input);
-        }
+        replay(&rec.events, &mut pipe, |p, input| out.step(p, input));
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let live: Vec<Value> = text.lines().map(|l| without_process(serde_json::from_str(l).unwrap())).collect();
         assert_eq!(live, offline, "{}: the daemon's findings differ from analyze's", file.display());

@@ -73,7 +73,12 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
     std::thread::sleep(Duration::from_millis(300));
     let (rec, _) = rec.stop();
     let d = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
-    let mib_rto = d("TcpExtTCPTimeouts");
+    // A lost SYN (or SYN-ACK) times out before the per-socket callbacks are asked for, at
+    // ESTABLISHED: the MIB counts it, the agent cannot (its documented bound). The sender is the
+    // client, so such timeouts are its SYN's resends (one run in about twelve at this loss: agent
+    // 3, TcpExtTCPTimeouts 4, the CA state records showing 4 entries into Loss).
+    let syn_timeouts = d("TcpExtTCPSynRetrans");
+    let mib_rto = d("TcpExtTCPTimeouts") - syn_timeouts;
     let (mut rtos, mut loss_entries) = (0i64, 0i64);
     for e in rec.events.iter().filter(|e| e.conn.netns == sns) {
         match &e.body {
@@ -83,7 +88,7 @@ fn rto_events_equal_tcp_timeouts_with_loss_and_a_receiver_that_stops_reading() {
         }
     }
     println!(
-        "RTOs: agent {rtos}, TcpExtTCPTimeouts {mib_rto}; Loss entered {loss_entries} times; retransmitted segs {}; transfer and close took {:.1} s",
+        "RTOs: agent {rtos}, TcpExtTCPTimeouts {mib_rto} past the handshake ({syn_timeouts} SYN resends); Loss entered {loss_entries} times; retransmitted segs {}; transfer and close took {:.1} s",
         d("TcpRetransSegs"),
         took.as_secs_f64()
     );

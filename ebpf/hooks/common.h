@@ -190,16 +190,19 @@ struct {
 	__type(value, __u64);
 } tv_woke SEC(".maps");
 
-/* Records are handed over without waking the reader, which polls every 20 ms anyway: a wakeup
- * per record cost about 10 us per ACK on a 2-vCPU VM (scripts/bench-datapath.sh). Only a buffer
- * filling up (an eighth of it waiting: 1 MiB of the default 8) wakes it early, once per clock
- * tick: a reader that is behind (stopped, starved, blocked on a full disk) would otherwise take
- * an interrupt for every record until the buffer is full, on the CPUs the traffic runs on. */
-static __always_inline void tv_submit(void *rec)
+/* Records are handed over without waking the reader, which reads when its detectors are next
+ * due (20 to 200 ms apart): a wakeup per record cost about 10 us per ACK on a 2-vCPU VM
+ * (scripts/bench-datapath.sh). Two things wake it early, once per clock tick at most: a buffer
+ * filling up (an eighth of it waiting: 1 MiB of the default 8; a reader that is behind, stopped,
+ * starved or blocked on a full disk, would otherwise take an interrupt for every record until
+ * the buffer is full, on the CPUs the traffic runs on), and a record that is a stop's first sign
+ * where nothing else shows one (`sign`: a timeout, a tail-loss probe; data sent after an idle
+ * into an outage shows only by them, and the reader may not be due for 200 ms). */
+static __always_inline void tv_submit_woken(void *rec, bool sign)
 {
 	__u64 size = bpf_ringbuf_query(&tv_events, BPF_RB_RING_SIZE);
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&tv_events, BPF_RB_AVAIL_DATA) > size / 8) {
+	if (sign || bpf_ringbuf_query(&tv_events, BPF_RB_AVAIL_DATA) > size / 8) {
 		__u32 zero = 0;
 		__u64 *woke = bpf_map_lookup_elem(&tv_woke, &zero);
 		__u64 j = bpf_jiffies64();
@@ -209,6 +212,11 @@ static __always_inline void tv_submit(void *rec)
 		}
 	}
 	bpf_ringbuf_submit(rec, flags);
+}
+
+static __always_inline void tv_submit(void *rec)
+{
+	tv_submit_woken(rec, false);
 }
 
 /* Put the socket in the live set (tv_live), once: a look visits it from then on. */

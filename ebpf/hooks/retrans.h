@@ -91,7 +91,8 @@ static __always_inline int tv_on_retrans(struct sock *sk, const struct sk_buff *
 	e->since_prev_ns = since;
 	e->lost_retrans = lost;
 	e->failed = 0;
-	tv_submit(e);
+	/* In CA Open a resend is a tail-loss probe (the kernel probes in no other state). */
+	tv_submit_woken(e, e->ca_state == TCP_CA_Open);
 	tv_count(TV_ST_EVENTS);
 	return 0;
 }

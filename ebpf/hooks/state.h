@@ -45,7 +45,7 @@ static __always_inline void tv_emit_rto(struct sock *sk, struct tcp_sock *tp, __
 	e->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
 	e->packets_out = BPF_CORE_READ(tp, packets_out);
 	e->retrans_out = BPF_CORE_READ(tp, retrans_out);
-	tv_submit(e);
+	tv_submit_woken(e, true);
 	tv_count(TV_ST_EVENTS);
 }
 

@@ -18,6 +18,7 @@ use super::load::{load, set_phase, set_selection, Settings};
 use super::netns;
 use super::runstats::{Raw, RunStats};
 use super::variants::{prog_ref, Variants};
+use super::wake::Waker;
 use crate::model::filter::Rule;
 use crate::model::Event;
 
@@ -72,8 +73,9 @@ pub enum Msg {
 
 /// Extra snapshots asked for by detectors are at least this far apart. A stop seen only as
 /// silence waits for its look at least a quarter of the shortest threshold plus 40 ms (77 ms)
-/// after asking: the gap and one poll period must fit in that, even when another connection's
-/// look came just before (the streams of one transfer stall together).
+/// after asking: the gap and the next tick (`clock::TICK_MIN` while a look is awaited) must fit
+/// in that, even when another connection's look came just before (the streams of one transfer
+/// stall together).
 const SNAPSHOT_GAP: Duration = Duration::from_millis(30);
 /// Records of a pass wait for the daemon rather than being dropped (the agent pulls them, so it
 /// can wait) once this many are in the channel: the start pass alone is one record per socket.
@@ -103,6 +105,8 @@ pub struct Agent {
     pub counters: Arc<Counters>,
     pub variants: Variants,
     ctl: std_mpsc::Sender<Ctl>,
+    /// Wakes the BPF thread: a control message waits, or a tick is due sooner than it thought.
+    wake: Arc<Waker>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -115,11 +119,12 @@ impl Agent {
         let (ready_tx, ready_rx) = std_mpsc::channel::<Result<()>>();
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s, v) = (counters.clone(), stop.clone(), variants.clone());
+        let wake = Arc::new(Waker::new()?);
+        let (c, s, v, w) = (counters.clone(), stop.clone(), variants.clone(), wake.clone());
         let thread = std::thread::Builder::new()
             .name("tcpvigil-bpf".into())
             .spawn(move || {
-                if let Err(e) = bpf_thread(settings, v, bpf_stats, tx, ctl_rx, c, s, &ready_tx) {
+                if let Err(e) = bpf_thread(settings, v, bpf_stats, tx, (ctl_rx, w), c, s, &ready_tx) {
                     let _ = ready_tx.send(Err(e));
                 }
             })
@@ -132,35 +137,48 @@ impl Agent {
             }
             Err(_) => return Err(anyhow!("the BPF thread ended before it was ready")),
         }
-        Ok(Agent { events: rx, counters, variants, ctl: ctl_tx, stop, thread: Some(thread) })
+        Ok(Agent { events: rx, counters, variants, ctl: ctl_tx, wake, stop, thread: Some(thread) })
+    }
+
+    fn send(&self, c: Ctl) {
+        let _ = self.ctl.send(c);
+        self.wake.wake();
     }
 
     /// Change which connections get per-ACK samples.
     pub fn select(&self, all: bool, rules: Vec<Rule>) {
-        let _ = self.ctl.send(Ctl::Select { all, rules });
+        self.send(Ctl::Select { all, rules });
     }
 
-    /// Look at the live set soon (within the ring-buffer poll period, and at most one extra per
-    /// 30 ms), rather than at the next snapshot period: every connection with data outstanding
-    /// is in it.
+    /// Look at the live set now (at most one extra look per 30 ms), rather than at the next
+    /// snapshot period: every connection with data outstanding is in it.
     pub fn snapshot_soon(&self) {
-        let _ = self.ctl.send(Ctl::Snapshot);
+        self.send(Ctl::Snapshot);
     }
 
     /// Report the rounds (send phase) of these connections, and of no others, once their srtt
     /// reaches `min_srtt_us`; at most MAX_PHASE of them (the rest are left out).
     pub fn set_phase(&self, cookies: HashSet<u64>, min_srtt_us: u32) {
-        let _ = self.ctl.send(Ctl::Phase(cookies, min_srtt_us));
+        self.send(Ctl::Phase(cookies, min_srtt_us));
     }
 
     /// Take the start pass held by `Settings::hold_start_pass` (without it, it was taken at start).
     pub fn start_pass(&self) {
-        let _ = self.ctl.send(Ctl::StartPass);
+        self.send(Ctl::StartPass);
+    }
+
+    /// The detectors' next tick is due at `mono_ns` (CLOCK_MONOTONIC): the ring buffer is read and
+    /// time handed over (`Msg::Drained`) then, as `clock::next_tick` paces it, rather than every
+    /// `TICK_MIN` (as for `watch` and `record`, which never call this); sooner when records past
+    /// the ring's wakeup mark or control messages come.
+    pub fn tick_at(&self, mono_ns: u64) {
+        self.wake.tick_at(mono_ns);
     }
 
     /// Detach everything and wait for the thread.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -199,7 +217,7 @@ fn bpf_thread(
     variants: Variants,
     bpf_stats: bool,
     tx: mpsc::Sender<Msg>,
-    ctl: std_mpsc::Receiver<Ctl>,
+    (ctl, wake): (std_mpsc::Receiver<Ctl>, Arc<Waker>),
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     ready: &std_mpsc::Sender<Result<()>>,
@@ -267,12 +285,7 @@ fn bpf_thread(
     let progs = variants.progs();
     while !stop.load(Ordering::SeqCst) {
         // A look that is due soon is not kept waiting for the rest of a poll period.
-        let poll = next_snap.saturating_duration_since(Instant::now()).min(Duration::from_millis(20));
-        if let Err(e) = rb.poll(poll) {
-            if e.kind() != libbpf_rs::ErrorKind::Interrupted {
-                tracing::warn!("ring buffer poll: {e}");
-            }
-        }
+        wake.wait(&rb, next_snap.saturating_duration_since(Instant::now()));
         // Read the clock after draining: everything stamped before it has been handed over.
         let _ = rb.consume();
         let _ = tx.try_send(Msg::Drained(crate::clock::mono_now_ns()));

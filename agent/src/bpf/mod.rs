@@ -9,6 +9,7 @@ pub mod netns;
 pub mod preowners;
 pub mod runstats;
 pub mod variants;
+mod wake;
 
 pub mod skel {
     //! The generated skeleton of ebpf/tcpvigil.bpf.c.

@@ -233,6 +233,7 @@ impl Daemon {
                     // Time advances only as far as the kernel's records have been read.
                     Some(Msg::Drained(t)) => {
                         out.step(&mut pipe, Input::Time(t));
+                        agent.tick_at(pipe.next_due());
                         if pipe.wants_snapshot() {
                             agent.snapshot_soon();
                         }

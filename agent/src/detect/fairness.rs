@@ -150,6 +150,8 @@ struct GroupState {
     last_evidence: Option<(serde_json::Value, Option<Mechanism>)>,
 }
 
+/// Groups are evaluated this often.
+const EVAL_EVERY_NS: u64 = 500_000_000;
 /// Round starts kept per stream: the last 64 cycles of the send phase and some slack.
 const ROUNDS_KEPT: usize = 96;
 /// Recovery/Loss entries kept per stream, for who loses first.
@@ -266,8 +268,13 @@ impl FairnessDetector {
         (now > t0).then(|| (a1 - a0.min(a1)) as f64 / ((now - t0) as f64 / 1e9))
     }
 
+    /// When the next evaluation is due.
+    pub fn next_due(&self) -> u64 {
+        self.last_eval + EVAL_EVERY_NS
+    }
+
     pub fn tick(&mut self, now: u64, table: &ConnTable, episodes: &Episodes, out: &mut Vec<Finding>) {
-        if now < self.last_eval + 500_000_000 {
+        if now < self.last_eval + EVAL_EVERY_NS {
             return;
         }
         self.last_eval = now;

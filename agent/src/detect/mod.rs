@@ -158,7 +158,14 @@ impl Detectors {
         self.fairness.phase_min_srtt_us()
     }
 
-    /// Time passes (every 50 ms in the daemon): stops are found here, while nothing arrives.
+    /// When time alone can next change a finding (CLOCK_MONOTONIC ns), as of the last tick: the
+    /// daemon reads the ring buffer and ticks no later than that (and more often while records
+    /// arrive or a stop needs watching).
+    pub fn next_due(&self) -> u64 {
+        self.stop.next_due().unwrap_or(u64::MAX).min(self.fairness.next_due())
+    }
+
+    /// Time passes (when due in the daemon, 20 ms apart at least): stops are found here, while nothing arrives.
     pub fn tick(&mut self, now_ns: u64, table: &ConnTable, out: &mut Vec<Finding>) {
         let from = out.len();
         self.stop.tick(now_ns, out);

@@ -4,11 +4,12 @@
 use std::collections::HashSet;
 
 use super::{DetectConfig, Detectors};
+use crate::clock::next_tick;
 use crate::model::{Body, ConnId, ConnTable, Event, Finding, Process};
 
-/// Recorded time between two ticks when a recording is replayed (the daemon ticks whenever the
-/// ring buffer was drained, every 20-50 ms).
-pub const TICK_NS: u64 = 50_000_000;
+/// How long a replay goes on ticking after the last recorded event: findings still in progress
+/// are reported as such.
+const TAIL_NS: u64 = 500_000_000;
 
 /// What drives the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,6 +99,12 @@ impl Pipeline {
         self.table.reap(before_ns).len()
     }
 
+    /// When time should next pass (CLOCK_MONOTONIC ns), as of the last tick: before then only a
+    /// kernel record can change a finding.
+    pub fn next_due(&self) -> u64 {
+        self.detectors.next_due()
+    }
+
     /// A stop candidate needs a fresh look at its sender: take a snapshot soon. Cleared by the call.
     pub fn wants_snapshot(&mut self) -> bool {
         self.detectors.wants_snapshot()
@@ -116,23 +123,27 @@ impl Pipeline {
     }
 }
 
-/// A recording's events in time order with the clock ticking every `TICK_NS` of recorded time,
-/// and a few ticks past the last event so that findings still in progress are reported as such.
-pub fn schedule(events: &[Event]) -> impl Iterator<Item = Input<'_>> {
+/// Replay recorded events through `pipe` as the daemon sees them: in time order, with time passing
+/// when the detectors are next due (`clock::next_tick`, as the daemon reads its ring buffer), and
+/// for `TAIL_NS` past the last event. `feed` hands one input to the pipeline (the daemon's outputs
+/// step it, or nothing else does).
+pub fn replay(events: &[Event], pipe: &mut Pipeline, mut feed: impl FnMut(&mut Pipeline, Input<'_>)) {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.ts_ns);
-    let mut next_tick = sorted.first().map_or(0, |e| e.ts_ns + TICK_NS);
+    let (Some(first), Some(last)) = (sorted.first().map(|e| e.ts_ns), sorted.last().map(|e| e.ts_ns)) else { return };
+    let end = last + TAIL_NS;
+    let mut tick = next_tick(first, 0);
     let mut events = sorted.into_iter().peekable();
-    let mut ticks_after = 10u32;
-    std::iter::from_fn(move || {
-        match events.peek() {
-            Some(ev) if next_tick > ev.ts_ns => return events.next().map(Input::Event),
-            Some(_) => {}
-            None => ticks_after = ticks_after.checked_sub(1)?,
+    loop {
+        while let Some(ev) = events.next_if(|e| e.ts_ns < tick) {
+            feed(pipe, Input::Event(ev));
         }
-        next_tick += TICK_NS;
-        Some(Input::Time(next_tick - TICK_NS))
-    })
+        feed(pipe, Input::Time(tick));
+        if tick >= end {
+            return;
+        }
+        tick = next_tick(tick, pipe.next_due());
+    }
 }
 
 /// Replay a recording offline (`tcpvigil analyze`): every finding as it was made.
@@ -140,9 +151,7 @@ pub fn analyze(events: &[Event], cfg: &DetectConfig) -> Vec<Finding> {
     // A recording made with the exact variant holds its lost-retransmission events.
     let exact = events.iter().any(|e| matches!(e.body, Body::LostRetrans(_)));
     let mut p = Pipeline::new(cfg, exact);
-    for input in schedule(events) {
-        p.feed(input, |_| {});
-    }
+    replay(events, &mut p, |p, input| p.feed(input, |_| {}));
     p.findings()
 }
 
@@ -152,10 +161,56 @@ mod tests {
     use crate::model::FindingKind;
 
     fn stops(p: &mut Pipeline, events: &[Event]) -> usize {
-        for input in schedule(events) {
-            p.feed(input, |_| {});
-        }
+        replay(events, p, |p, input| p.feed(input, |_| {}));
         p.findings().iter().filter(|f| f.kind() == FindingKind::Stop).count()
+    }
+
+    /// Every recorded fixture, replayed with ticks only when the detectors are due (as the daemon
+    /// reads its ring buffer) and with a tick every 20 ms: the same findings, of the same
+    /// connections and groups, with the same causes, starting within a tick of each other.
+    #[test]
+    fn ticks_only_when_due_find_what_ticks_every_20_ms_find() {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures"));
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 8, "the fixtures: {files:?}");
+        let cfg = DetectConfig::default();
+        let key = |f: &Finding| (f.kind(), f.conn.map(|c| c.cookie), f.group.clone(), f.cause, f.ongoing);
+        let (mut ticks_due, mut ticks_fine) = (0, 0);
+        for file in files {
+            let rec = crate::recording::open(&file).unwrap();
+            let mut p = Pipeline::new(&cfg, false);
+            replay(&rec.events, &mut p, |p, input| {
+                ticks_due += usize::from(matches!(input, Input::Time(_)));
+                p.feed(input, |_| {})
+            });
+            let paced = crate::detect::final_findings(&p.findings());
+            let mut sorted: Vec<&Event> = rec.events.iter().collect();
+            sorted.sort_by_key(|e| e.ts_ns);
+            let (first, last) = (sorted[0].ts_ns, sorted[sorted.len() - 1].ts_ns);
+            let mut p = Pipeline::new(&cfg, false);
+            let mut events = sorted.into_iter().peekable();
+            let mut t = first;
+            while t < last + TAIL_NS {
+                t += crate::clock::TICK_MIN.as_nanos() as u64;
+                while let Some(ev) = events.next_if(|e| e.ts_ns < t) {
+                    p.feed(Input::Event(ev), |_| {});
+                }
+                p.feed(Input::Time(t), |_| {});
+                ticks_fine += 1;
+            }
+            let fine = crate::detect::final_findings(&p.findings());
+            let name = file.display();
+            assert_eq!(paced.iter().map(key).collect::<Vec<_>>(), fine.iter().map(key).collect::<Vec<_>>(), "{name}");
+            for (a, b) in paced.iter().zip(&fine) {
+                assert!(a.start_ns.abs_diff(b.start_ns) <= 20_000_000, "{name}: {a:?}\n{b:?}");
+            }
+        }
+        assert!(ticks_due * 2 < ticks_fine, "ticks when due {ticks_due}, every 20 ms {ticks_fine}");
     }
 
     #[test]

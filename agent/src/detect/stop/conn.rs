@@ -177,6 +177,7 @@ impl Conn {
                 }
             }
             Body::Retrans(r) => {
+                self.restart_before_resend(cfg, ts);
                 self.hold = self.hold.in_flight_at(ts, r.packets_out);
                 // A tail-loss probe (CA state Open) fires 2 srtt after the last send; a fast
                 // retransmit needs an ACK's round trip, one srtt at least.
@@ -186,6 +187,7 @@ impl Conn {
             }
             Body::LostRetrans(r) => self.ev.lost_again(r.since_prev_ns),
             Body::Rto(r) => {
+                self.restart_before_resend(cfg, ts);
                 self.hold = self.hold.in_flight_at(ts, r.packets_out);
                 // The timer was armed by the first send after the idle, rto before it fired, or
                 // re-armed by a tail-loss probe 2 srtt (at most rto) after that send. A probe that

@@ -36,6 +36,11 @@ pub(super) struct Evidence {
 }
 
 impl Evidence {
+    /// Something was sent again since the clock started: a timeout or a retransmission.
+    pub fn resent(&self) -> bool {
+        self.rtos > 0 || self.retrans_segs > 0
+    }
+
     pub fn saw_cwnd(&mut self, cwnd: u32, ca_state: u8) {
         self.min_cwnd = Some(self.min_cwnd.map_or(cwnd, |m| m.min(cwnd)));
         self.ca_states.insert(ca_state);

@@ -31,6 +31,34 @@ impl Conn {
         }
     }
 
+    /// When time alone can next change what `tick` decides, so that the daemon need not read the
+    /// ring buffer before then: `now` while a stop runs, waits for a look, or timeouts decide
+    /// (tick by tick); three quarters of the threshold past the last healthy delivery for a bulk
+    /// connection with data outstanding (its ask); none while only a record can start its clock.
+    pub fn next_due(&self, cfg: &StopConfig, now: u64) -> Option<u64> {
+        if self.active.is_some() || self.asked.is_some() {
+            return Some(now);
+        }
+        if !self.hold.outstanding() {
+            return None;
+        }
+        if self.closing || !self.bulk(cfg) {
+            return self.ev.resent().then_some(now);
+        }
+        Some(self.anchor.0 + (cfg.threshold_ns(self.srtt_us) * 3).div_ceil(4))
+    }
+
+    /// The clock of a connection with nothing outstanding, or of one that is not bulk (or closing)
+    /// and resent nothing, restarts at every tick; ticks come only when one is due (`next_due`),
+    /// so the first resend restarts it where a tick just before it would have, whenever the last
+    /// tick came. What the resend says of when the data left moves it back from there.
+    pub(super) fn restart_before_resend(&mut self, cfg: &StopConfig, ts: u64) {
+        let ticks_restart = !self.hold.outstanding() || ((self.closing || !self.bulk(cfg)) && !self.ev.resent());
+        if self.active.is_none() && ticks_restart && ts > self.anchor.0 {
+            self.restart(ts);
+        }
+    }
+
     /// A stop runs since `start`: it ends, or its verdict sharpens.
     fn tick_stopped(&mut self, cfg: &StopConfig, now: u64, start: u64, out: &mut Vec<Finding>) {
         let h = self.hold;
@@ -202,7 +230,7 @@ impl Conn {
     /// all). A socket still connecting is none. Returns whether a fresh look is wanted.
     fn tick_not_bulk(&mut self, cfg: &StopConfig, now: u64, out: &mut Vec<Finding>) -> bool {
         let e = &self.ev;
-        if e.rtos == 0 && e.retrans_segs == 0 {
+        if !e.resent() {
             self.restart(now);
             return false;
         }
@@ -231,7 +259,7 @@ impl Conn {
         // A connection that never moved much, or one with only its FIN unacknowledged (a peer
         // gone), is no transfer held up.
         let data_waits = self.hold.in_flight > 1 || self.hold.unsent > 0;
-        if (e.rtos == 0 && e.retrans_segs == 0) || !self.bulk(cfg) || !data_waits {
+        if !e.resent() || !self.bulk(cfg) || !data_waits {
             self.restart(now);
             return false;
         }

@@ -25,11 +25,13 @@ pub struct StopDetector {
     cfg: StopConfig,
     conns: HashMap<u64, Conn>,
     want_snapshot: bool,
+    /// The earliest `Conn::next_due` at the last tick.
+    due: Option<u64>,
 }
 
 impl StopDetector {
     pub fn new(cfg: StopConfig) -> Self {
-        StopDetector { cfg, conns: HashMap::new(), want_snapshot: false }
+        StopDetector { cfg, conns: HashMap::new(), want_snapshot: false, due: None }
     }
 
     /// New thresholds from the next event or tick on (a reload); what is in progress stays.
@@ -61,9 +63,20 @@ impl StopDetector {
     pub fn tick(&mut self, now: u64, out: &mut Vec<Finding>) {
         self.answer_black_holes();
         self.conns.retain(|_, c| !c.closed);
+        let mut due = None;
         for c in self.conns.values_mut() {
             self.want_snapshot |= c.tick(&self.cfg, now, out);
+            if let Some(d) = c.next_due(&self.cfg, now) {
+                due = Some(due.map_or(d, |e: u64| e.min(d)));
+            }
         }
+        self.due = due;
+    }
+
+    /// When time alone can next change a decision, as of the last tick (and the records before
+    /// it): none while only a record can.
+    pub fn next_due(&self) -> Option<u64> {
+        self.due
     }
 
     /// Stops that look like a path MTU black hole but lack the proof that the path still

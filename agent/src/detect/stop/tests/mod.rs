@@ -6,6 +6,7 @@ mod idles;
 mod mtu;
 mod not_bulk;
 mod owners;
+mod pacing;
 mod sacked;
 
 use super::{StopConfig, StopDetector};
@@ -77,6 +78,28 @@ impl Run {
         let mut t = from;
         while t < to {
             t += 50 * MS;
+            self.tick(t);
+        }
+    }
+
+    /// Ticks every `step_ms` after `from` up to `to`.
+    fn ticks_every(&mut self, step_ms: u64, from: u64, to: u64) {
+        let mut t = from;
+        while t + step_ms * MS <= to {
+            t += step_ms * MS;
+            self.tick(t);
+        }
+    }
+
+    /// Ticks after `from` up to `to` only when the detector is next due, as the daemon reads its
+    /// ring buffer (`clock::next_tick`).
+    fn ticks_when_due(&mut self, from: u64, to: u64) {
+        let mut t = from;
+        loop {
+            t = crate::clock::next_tick(t, self.d.next_due().unwrap_or(u64::MAX));
+            if t > to {
+                return;
+            }
             self.tick(t);
         }
     }
