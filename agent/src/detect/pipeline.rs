@@ -127,7 +127,18 @@ impl Pipeline {
 /// when the detectors are next due (`clock::next_tick`, as the daemon reads its ring buffer), and
 /// for `TAIL_NS` past the last event. `feed` hands one input to the pipeline (the daemon's outputs
 /// step it, or nothing else does).
-pub fn replay(events: &[Event], pipe: &mut Pipeline, mut feed: impl FnMut(&mut Pipeline, Input<'_>)) {
+pub fn replay(events: &[Event], pipe: &mut Pipeline, feed: impl FnMut(&mut Pipeline, Input<'_>)) {
+    replay_ticking(events, pipe, |tick, pipe| next_tick(tick, pipe.next_due()), feed);
+}
+
+/// `replay` with the tick after `tick` chosen by `next` (the first one `clock::TICK_MIN` after the
+/// first event).
+fn replay_ticking(
+    events: &[Event],
+    pipe: &mut Pipeline,
+    next: impl Fn(u64, &Pipeline) -> u64,
+    mut feed: impl FnMut(&mut Pipeline, Input<'_>),
+) {
     let mut sorted: Vec<&Event> = events.iter().collect();
     sorted.sort_by_key(|e| e.ts_ns);
     let (Some(first), Some(last)) = (sorted.first().map(|e| e.ts_ns), sorted.last().map(|e| e.ts_ns)) else { return };
@@ -142,7 +153,7 @@ pub fn replay(events: &[Event], pipe: &mut Pipeline, mut feed: impl FnMut(&mut P
         if tick >= end {
             return;
         }
-        tick = next_tick(tick, pipe.next_due());
+        tick = next(tick, pipe);
     }
 }
 
@@ -189,20 +200,12 @@ mod tests {
                 p.feed(input, |_| {})
             });
             let paced = crate::detect::final_findings(&p.findings());
-            let mut sorted: Vec<&Event> = rec.events.iter().collect();
-            sorted.sort_by_key(|e| e.ts_ns);
-            let (first, last) = (sorted[0].ts_ns, sorted[sorted.len() - 1].ts_ns);
             let mut p = Pipeline::new(&cfg, false);
-            let mut events = sorted.into_iter().peekable();
-            let mut t = first;
-            while t < last + TAIL_NS {
-                t += crate::clock::TICK_MIN.as_nanos() as u64;
-                while let Some(ev) = events.next_if(|e| e.ts_ns < t) {
-                    p.feed(Input::Event(ev), |_| {});
-                }
-                p.feed(Input::Time(t), |_| {});
-                ticks_fine += 1;
-            }
+            let every_20_ms = |tick, _: &Pipeline| tick + crate::clock::TICK_MIN.as_nanos() as u64;
+            replay_ticking(&rec.events, &mut p, every_20_ms, |p, input| {
+                ticks_fine += usize::from(matches!(input, Input::Time(_)));
+                p.feed(input, |_| {})
+            });
             let fine = crate::detect::final_findings(&p.findings());
             let name = file.display();
             assert_eq!(paced.iter().map(key).collect::<Vec<_>>(), fine.iter().map(key).collect::<Vec<_>>(), "{name}");

@@ -226,7 +226,9 @@ impl Conn {
                         // Gone with data outstanding: the transfer was aborted (a reset, or the
                         // application gave up), and what it left unacknowledged is no measure of
                         // the path. A stop whose delivery had begun to resume ended there.
-                        let end = self.resume.or(self.began_resuming).unwrap_or(ts).max(start);
+                        let end =
+                            self.resume.or(self.began_resuming).unwrap_or_else(|| self.aborted_end(cfg, start, ts));
+                        let end = end.max(start);
                         self.end(cfg, ts, start, end, out);
                     } else if st.new == CLOSE || !self.outlives_close() {
                         self.end(cfg, ts, start, ts, out);

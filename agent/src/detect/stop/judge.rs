@@ -178,9 +178,8 @@ impl Conn {
         // ACK; it is waited for a little past the threshold, within the time to report. It also
         // confirms a window an emptying ACK reported closed: a later ACK of the same clock tick
         // may have left nothing to send.
-        let silent_only =
-            self.ev.rtos == 0 && self.ev.retrans_segs == 0 && (self.hold.in_flight > 0 || self.hold.by_ack);
-        let decided = self.ev.rtos > 0 || self.ev.retrans_segs > 0 || self.hold.decided_owner().is_some();
+        let silent_only = !self.ev.resent() && (self.hold.in_flight > 0 || self.hold.by_ack);
+        let decided = self.ev.resent() || self.hold.decided_owner().is_some();
         let ask = self.asked.is_none();
         if ask {
             self.asked = Some(now);
@@ -335,7 +334,7 @@ impl Conn {
     pub fn judge(&self, cfg: &StopConfig, trusted: bool) -> (StopOwner, StopCause) {
         let e = &self.ev;
         let emptied = self.hold.exact && !self.hold.outstanding() && self.hold.ts_ns > e.last_loss_ns;
-        let owner = if (e.rtos > 0 || e.retrans_segs > 0) && !emptied {
+        let owner = if e.resent() && !emptied {
             StopOwner::Network
         } else if self.hold.exact
             && self.hold.in_flight > 0

@@ -62,6 +62,22 @@ impl Conn {
         (from, known)
     }
 
+    /// Where a stop whose connection was aborted at `ts` ends when delivery never began to resume:
+    /// at the last advance of the cumulative ACK during it, unless something was resent after that
+    /// advance and the wait since lasted the threshold (then the stop went on until the abort).
+    /// What waits behind an abort without a resend is the abandoned transfer's, not the path's, as
+    /// with a resumption (lab fuzz seed 139 run 0: one jump after a 10 s outage, then nothing sent
+    /// again until the reset 4 s later).
+    pub(super) fn aborted_end(&self, cfg: &StopConfig, start: u64, ts: u64) -> u64 {
+        let last = self.last_advance();
+        let went_on = self.ev.last_loss_ns > last && ts.saturating_sub(last) >= cfg.threshold_ns(self.srtt_us);
+        if last > start && !went_on {
+            last
+        } else {
+            ts
+        }
+    }
+
     /// When delivery last advanced.
     pub fn last_advance(&self) -> u64 {
         let Some(&(t, a, _)) = self.hist.back() else { return self.anchor.0 };

@@ -434,6 +434,33 @@ fn a_connection_aborted_with_data_outstanding_ends_its_stop_where_delivery_began
     assert!(!last.ongoing && end_ns(last) == resumed, "{last:?}");
 }
 
+/// Lab fuzz seed 139 run 0 (bbr, 207 ms RTT, a 10 s outage both ways): after the outage one ACK
+/// moved the cumulative ACK 289 kB at once, too little over the stop to count as delivery
+/// resuming, and nothing was sent again until the receiver reset the connection 4 s later. The
+/// stop was ended at the reset; the capture's truth ends it at the jump, as what waits behind an
+/// abort without a resend is no stall. One resend after the jump that waits the threshold is the
+/// stop going on until the reset.
+#[test]
+fn a_connection_aborted_after_one_advance_ends_its_stop_there_unless_it_resent_since() {
+    for resent in [false, true] {
+        let (mut r, t, acked) = Run::healthy(1000);
+        let at = r.three_timeouts(t);
+        let jump = at + 20 * MS;
+        // 20 kB in the 1.6 s since the last healthy advance: almost nothing.
+        r.see_and_tick(jump, sample(acked + 20_000, 4, 0, 1 << 20));
+        if resent {
+            r.see(jump + 300 * MS, Body::Rto(Rto { retransmits: 0, backoff: 0, ..rto(300_000, 1, 50) }));
+        }
+        r.ticks(jump, jump + 2000 * MS);
+        assert!(r.out.iter().all(|f| f.ongoing), "{:?}", r.out);
+        let reset = jump + 2010 * MS;
+        r.see(reset, Body::State(StateChange { old: 1, new: 7 }));
+        let last = r.last();
+        let want = if resent { reset } else { jump };
+        assert!(!last.ongoing && end_ns(last) == want, "resent {resent}: {last:?}, want the end at {want}");
+    }
+}
+
 /// Lab fuzz seed 79 run 28 (282 ms RTT): a reverse outage held the last two segments before a
 /// receiver's 27 s pause; when it lifted their ACK emptied the pipe behind a closed window. The
 /// network's stop waited for a stall inside the resume window counted from each new look, and

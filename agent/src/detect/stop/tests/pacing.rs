@@ -33,7 +33,7 @@ fn a_stop_of_a_connection_not_bulk_starts_where_ticks_every_20_ms_start_it_when_
     let black_hole = |paced: bool| {
         let mut r = Run::new();
         let t0 = 1000 * MS;
-        let mut drive = |r: &mut Run, from: u64, to: u64| {
+        let drive = |r: &mut Run, from: u64, to: u64| {
             if paced {
                 r.ticks_when_due(from, to)
             } else {
