@@ -1,4 +1,4 @@
-//! A small pcap reader for the lab's captures: TCP headers (ports, seq/ack, flags, window, MSS, window scale, SACK) over IPv4/IPv6.
+//! A small pcap reader for the lab's captures: TCP headers (ports, seq/ack, flags, window, MSS, window scale, SACK, timestamps) over IPv4/IPv6.
 use crate::error::{LabError, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -20,6 +20,8 @@ pub struct Seg {
     pub mss: Option<u16>,
     pub wscale: Option<u8>,
     pub sack: Vec<(u32, u32)>,
+    /// The timestamps option: (TSval, TSecr).
+    pub ts: Option<(u32, u32)>,
 }
 
 pub const FIN: u8 = 0x01;
@@ -52,6 +54,7 @@ fn tcp(t: f64, src: IpAddr, dst: IpAddr, b: &[u8], ip_payload_len: usize) -> Opt
         mss: None,
         wscale: None,
         sack: Vec::new(),
+        ts: None,
     };
     let opts = b.get(20..off.min(b.len())).unwrap_or(&[]);
     let mut i = 0;
@@ -69,6 +72,7 @@ fn tcp(t: f64, src: IpAddr, dst: IpAddr, b: &[u8], ip_payload_len: usize) -> Opt
                     2 if l == 4 => s.mss = u16be(v, 0),
                     3 if l == 3 => s.wscale = Some(v[0].min(14)),
                     5 => s.sack = v.chunks_exact(8).filter_map(|c| Some((u32be(c, 0)?, u32be(c, 4)?))).collect(),
+                    8 if l == 10 => s.ts = Some((u32be(v, 0)?, u32be(v, 4)?)),
                     _ => {}
                 }
                 i += l;
@@ -215,12 +219,15 @@ pub mod tests {
 
     #[test]
     fn a_syn_with_options_and_a_data_segment_are_read() {
-        // MSS 1460, NOP, WS 7, SACK blocks on the second.
+        // MSS 1460, NOP, WS 7, SACK blocks on the second, timestamps on the third.
         let syn = frame([10, 0, 0, 1], [10, 0, 0, 2], (4000, 80), 100, 0, SYN, 64240, &[2, 4, 5, 180, 1, 3, 3, 7], 0);
         let sack = [1, 1, 5, 10, 0, 0, 0, 10, 0, 0, 0, 20];
         let data = frame([10, 0, 0, 2], [10, 0, 0, 1], (80, 4000), 7, 101, ACK, 500, &sack, 1448);
-        let segs = parse(&pcap(&[(1.5, syn), (2.25, data)])).unwrap();
-        assert_eq!(segs.len(), 2);
+        let ts = [1, 1, 8, 10, 0, 0, 1, 0, 0, 0, 0, 9];
+        let stamped = frame([10, 0, 0, 1], [10, 0, 0, 2], (4000, 80), 101, 1455, ACK, 500, &ts, 0);
+        let segs = parse(&pcap(&[(1.5, syn), (2.25, data), (2.5, stamped)])).unwrap();
+        assert_eq!(segs.len(), 3);
+        assert_eq!((segs[0].ts, segs[2].ts), (None, Some((256, 9))));
         assert_eq!(segs[0].mss, Some(1460));
         assert_eq!(segs[0].wscale, Some(7));
         assert_eq!(segs[0].flags, SYN);

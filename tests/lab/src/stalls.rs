@@ -1,7 +1,7 @@
 //! Ground-truth stalls from a capture at the sender: when delivery (cumulative ACK or SACK) stood still, with what in flight and what window.
 use crate::pcap::{Seg, ACK, FIN, RST, SYN};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 /// Whose stall it was, by what the capture shows the sender held.
@@ -123,7 +123,10 @@ impl FlowTruth {
         if to - from < REPORT_EDGE_S || i0 == 0 {
             return false;
         }
-        let (_, una0, _, srtt) = d[i0 - 1];
+        // The srtt over the stretch, not at its start: after an outage the first ACKs bring the
+        // srtt down from the queue before it (seed 149 run 92: 77 ms at the first, 37 ms a second on).
+        let una0 = d[i0 - 1].1;
+        let srtt = d[i0 - 1..i1].iter().map(|x| x.3).sum::<f64>() / (i1 - i0 + 1) as f64;
         let una1 = d[i1 - 1].1;
         // In flight at the start and after every advance inside (the last may empty the pipe).
         if d[i0 - 1..i1.saturating_sub(1).max(i0)].iter().any(|x| !x.2) {
@@ -210,6 +213,8 @@ struct Flow {
     pending: Vec<(u64, u64, f64)>,
     /// Ranges retransmitted and not yet acknowledged cumulatively.
     retx: Vec<(u64, u64)>,
+    /// TSvals of the data segments sent and not yet echoed, each with when it was first seen.
+    tsvals: VecDeque<(u32, f64)>,
     /// Open wait: (start, in_flight, window at start, retransmissions, acked before).
     wait: Option<(f64, bool, u64, u32, u64)>,
     /// When the window reached one MSS inside an idle wait.
@@ -232,6 +237,15 @@ impl Flow {
     fn sample_rtt(&mut self, r: f64) {
         let r = r.max(0.0);
         self.srtt = Some(self.srtt.map(|x| 0.875 * x + 0.125 * r).unwrap_or(r));
+    }
+
+    /// When the data segment that carried TSval `ecr` was first seen; older TSvals are dropped
+    /// (echoes only move forward).
+    fn echoed(&mut self, ecr: u32) -> Option<f64> {
+        while self.tsvals.front().is_some_and(|&(v, _)| (v.wrapping_sub(ecr) as i32) < 0) {
+            self.tsvals.pop_front();
+        }
+        self.tsvals.front().filter(|&&(v, _)| v == ecr).map(|&(_, t)| t)
     }
 
     fn close(&mut self, t: f64) {
@@ -260,6 +274,9 @@ impl Flow {
             return; // pure ACKs and window probes (seq = una - 1) put nothing in flight
         }
         self.max_payload = self.max_payload.max(s.len);
+        if let Some((v, _)) = s.ts.filter(|&(v, _)| self.tsvals.back().is_none_or(|b| b.0 != v)) {
+            self.tsvals.push_back((v, s.t));
+        }
         if let Some((_, true, win, _, acked)) = self.wait {
             if end > acked + 1 + win + 2 * self.mss() {
                 self.gap = true; // sending past the window last seen: ACKs went uncaptured
@@ -336,6 +353,11 @@ impl Flow {
         if a > self.una {
             let resent = self.retx.iter().any(|&(b, e)| b < a && e > self.una);
             if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 <= a).filter(|_| !resent) {
+                self.sample_rtt(s.t - sent);
+            } else if let Some(sent) = s.ts.and_then(|(_, ecr)| self.echoed(ecr)) {
+                // Resent data gives no sample by Karn's rule; its echoed timestamp does, as the
+                // kernel takes it (seed 149 run 92: the srtt of a queue built before an outage,
+                // 83 ms, kept through the resends after it on a 37 ms path).
                 self.sample_rtt(s.t - sent);
             }
             self.pending.retain(|p| p.1 > a);
@@ -512,7 +534,7 @@ mod tests {
     fn seg(t: f64, from_local: bool, seq: u32, ack: u32, flags: u8, win: u16, len: u32) -> Seg {
         let (l, r): (SocketAddr, SocketAddr) = (L.parse().unwrap(), R.parse().unwrap());
         let (src, dst) = if from_local { (l, r) } else { (r, l) };
-        Seg { t, src, dst, seq, ack, flags, win, len, mss: None, wscale: None, sack: vec![] }
+        Seg { t, src, dst, seq, ack, flags, win, len, mss: None, wscale: None, sack: vec![], ts: None }
     }
 
     /// A handshake (window scale 7 both ways, MSS 1460) and 4 MiB sent and acked in 10 ms steps
@@ -681,6 +703,35 @@ mod tests {
             let (f, t) = truth(extra);
             assert_eq!(f.slow_delivery(t - 0.6, t), slow, "{extra} segments over two per round trip");
         }
+    }
+
+    /// Lab fuzz seed 149 run 92 (reno, 37 ms RTT, a 2.3 s outage): after four timeouts every
+    /// advance of the cumulative ACK covered a resend, so by Karn's rule none gave a sample and the
+    /// srtt stayed at the 83 ms of the queue before the outage; at 37 ms the resends' ACKs moved
+    /// about one segment per round trip, almost nothing by the kernel's srtt, not by that one.
+    #[test]
+    fn acks_of_resent_data_give_rtt_samples_from_the_timestamps_they_echo() {
+        let srtt_after = |stamped: bool| {
+            let (mut v, mut off, t) = bulk(1.0);
+            let lost = off;
+            for _ in 0..20 {
+                v.push(seg(t, true, 999 + off, 5001, ACK, 1000, 1448));
+                off += 1448;
+            }
+            // After a 1 s outage the 20 segments are resent one per 200 ms round trip.
+            for i in 0..20u32 {
+                let at = t + 1.0 + f64::from(i) * 0.2;
+                let mut resend = seg(at, true, 999 + lost + i * 1448, 5001, ACK, 1000, 1448);
+                let mut ack = seg(at + 0.2, false, 5001, 999 + lost + (i + 1) * 1448, ACK, 4000, 0);
+                if stamped {
+                    (resend.ts, ack.ts) = (Some((5000 + i * 200, 7)), Some((8, 5000 + i * 200)));
+                }
+                v.extend([resend, ack]);
+            }
+            flows(&v, is_sender, 1 << 20).remove(0).delivery.last().map(|d| d.3).unwrap()
+        };
+        assert!(srtt_after(false) < 0.02, "no sample from resent data: {}", srtt_after(false));
+        assert!(srtt_after(true) > 0.15, "echoed timestamps: {}", srtt_after(true));
     }
 
     /// Lab fuzz seed 97 run 8 (bbr, 219 ms RTT, a lane losing 2.2 %): a hole was always open, so

@@ -170,7 +170,7 @@ mod tests {
     fn seg(t: f64, out: bool, seq: u32, ack: u32, win: u16, len: u32) -> Seg {
         let (l, r): (SocketAddr, SocketAddr) = ("10.71.1.2:40000".parse().unwrap(), "10.72.1.2:5201".parse().unwrap());
         let (src, dst) = if out { (l, r) } else { (r, l) };
-        Seg { t, src, dst, seq, ack, flags: ACK, win, len, mss: None, wscale: None, sack: vec![] }
+        Seg { t, src, dst, seq, ack, flags: ACK, win, len, mss: None, wscale: None, sack: vec![], ts: None }
     }
 
     fn sender(ip: &IpAddr) -> bool {
