@@ -153,7 +153,9 @@ impl Agent {
     /// Look at the live set now (at most one extra look per 30 ms), rather than at the next
     /// snapshot period: every connection with data outstanding is in it.
     pub fn snapshot_soon(&self) {
-        self.send(Ctl::Snapshot);
+        if self.wake.ask_look() {
+            self.send(Ctl::Snapshot);
+        }
     }
 
     /// Report the rounds (send phase) of these connections, and of no others, once their srtt
@@ -316,6 +318,7 @@ fn bpf_thread(
             }
         }
         if Instant::now() >= next_snap {
+            wake.look_taken();
             last_snap = Instant::now();
             next_snap = last_snap + snap_every;
             waited.set(Duration::ZERO);

@@ -1,6 +1,6 @@
 //! What wakes the BPF thread besides records: control messages, and the detectors' next tick.
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,13 +15,27 @@ pub(super) struct Waker {
     fd: EventFd,
     /// CLOCK_MONOTONIC ns of the detectors' next tick; 0: every `clock::TICK_MIN`.
     due: AtomicU64,
+    /// A look was asked for and not yet taken.
+    look_asked: AtomicBool,
 }
 
 impl Waker {
     pub fn new() -> Result<Waker> {
         let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .context("creating an eventfd")?;
-        Ok(Waker { fd, due: AtomicU64::new(0) })
+        Ok(Waker { fd, due: AtomicU64::new(0), look_asked: AtomicBool::new(false) })
+    }
+
+    /// A look is asked for: whether it is news to the thread. The detectors ask at every tick
+    /// until the look's records reach them, and each ask woke the thread, which handed time over
+    /// at once, which asked again: a busy loop until the look came (lab fuzz seed 151 run 53).
+    pub fn ask_look(&self) -> bool {
+        !self.look_asked.swap(true, Ordering::Relaxed)
+    }
+
+    /// The thread takes a look now: asks after this are for a later one.
+    pub fn look_taken(&self) {
+        self.look_asked.store(false, Ordering::Relaxed);
     }
 
     /// Wake the thread now (a control message waits).
@@ -55,5 +69,19 @@ impl Waker {
         if fds[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
             let _ = self.fd.read();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_asked_for_again_before_it_is_taken_is_no_news() {
+        let w = Waker::new().unwrap();
+        assert!(w.ask_look(), "the first ask");
+        assert!(!w.ask_look() && !w.ask_look(), "asks at the next ticks, the look not yet taken");
+        w.look_taken();
+        assert!(w.ask_look(), "an ask after the look is for the next one");
     }
 }

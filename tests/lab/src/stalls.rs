@@ -339,10 +339,12 @@ impl Flow {
         // long recovery the cumulative ACK moves only with repaired holes (no sample by Karn's
         // rule), and the srtt must still follow the queue the path builds meanwhile. Most ACKs
         // carry no block: the pending list is not walked for them.
+        let mut sampled = false;
         if !blocks.is_empty() {
             let sacked = |&(a, e, _): &(u64, u64, f64)| blocks.iter().any(|b| a >= b.0 && e <= b.1);
             if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 > self.sack_hi && sacked(p)) {
                 self.sample_rtt(s.t - sent);
+                sampled = true;
             }
             self.pending.retain(|p| !sacked(p));
         }
@@ -354,10 +356,11 @@ impl Flow {
             let resent = self.retx.iter().any(|&(b, e)| b < a && e > self.una);
             if let Some(&(_, _, sent)) = self.pending.iter().rev().find(|p| p.1 <= a).filter(|_| !resent) {
                 self.sample_rtt(s.t - sent);
-            } else if let Some(sent) = s.ts.and_then(|(_, ecr)| self.echoed(ecr)) {
-                // Resent data gives no sample by Karn's rule; its echoed timestamp does, as the
-                // kernel takes it (seed 149 run 92: the srtt of a queue built before an outage,
-                // 83 ms, kept through the resends after it on a 37 ms path).
+            } else if let Some(sent) = s.ts.filter(|_| !sampled).and_then(|(_, ecr)| self.echoed(ecr)) {
+                // Resent data gives no sample by Karn's rule; the timestamp the ACK echoes does
+                // when no newly SACKed segment gave one, as the kernel prefers them (seed 149 run
+                // 92: the srtt of a queue built before an outage, 83 ms, kept through the resends
+                // after it on a 37 ms path).
                 self.sample_rtt(s.t - sent);
             }
             self.pending.retain(|p| p.1 > a);

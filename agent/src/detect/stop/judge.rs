@@ -83,7 +83,10 @@ impl Conn {
         }
         let room = h.usable_wnd >= u64::from(h.mss.max(1));
         if self.owner_so_far() == StopOwner::Receiver && h.in_flight == 0 && !room {
+            // Closed again with nothing in flight: an opening seen before did not hold (the
+            // sender filled a window smaller than a segment, and the receiver closed it again).
             self.emptied = true;
+            self.opened = None;
         }
         if self.owner_so_far() == StopOwner::Receiver && h.in_flight > 0 && (room || self.emptied) {
             // The receiver's window is open again and data is in flight (with room left, or sent

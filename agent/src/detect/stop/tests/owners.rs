@@ -119,6 +119,41 @@ fn a_look_that_still_finds_the_window_closed_does_not_restart_the_receivers_stop
     assert!(first.start_ns <= t + 10 * MS, "dated from the window's closing: {}", (first.start_ns - t) / MS);
 }
 
+/// Lab fuzz seed 151 run 53 (bbr, 35 ms RTT, a receiver pause of 18 s): as the window closed the
+/// receiver offered 1 kB more; the sender filled it with one small segment, a look saw it in
+/// flight, and its ACK closed the window again. When the window opened 17 s later, that look was
+/// taken for the opening: the receiver's stop ended 17 s early, and the four segments sent into the
+/// open window were a network stop dated from the last window probe's answer a second before.
+#[test]
+fn a_small_window_filled_once_and_closed_again_leaves_the_receivers_stop_going_on() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks(t + 10 * MS, t + 300 * MS);
+    assert_eq!(verdict(r.first()), (StopOwner::Receiver, StopCause::ZeroWindow));
+    // One small segment fills the 1 kB offered; its ACK at +320 ms closes the window again.
+    r.see_and_tick(t + 300 * MS, snapshot(acked, 1, 4 << 20, 0, 290_000));
+    let small = acked + 1024;
+    let (answer, open) = (t + 2400 * MS, t + 3400 * MS);
+    let mut at = t + 340 * MS;
+    while at < open {
+        // The last ACK: the small segment's, then a window probe's answer.
+        let last_ack = if at >= answer { answer } else { t + 320 * MS };
+        r.see_and_tick(at, snapshot(small, 0, 4 << 20, 0, ((at - last_ack) / 1000) as u32));
+        at += 100 * MS;
+    }
+    // The window opens: four segments in flight, delivered a round trip later.
+    r.see_and_tick(open, snapshot(small, 4, 4 << 20, 1 << 20, 10_000));
+    r.ticks(open, open + 20 * MS);
+    r.healthy_from(open + 20 * MS, small, 500);
+    assert!(r.never_the_networks(), "{:?}", r.out);
+    let last = r.last();
+    assert!(
+        !last.ongoing && end_ns(last) >= open - 20 * MS,
+        "ended {} ms before the window opened",
+        (open - end_ns(last)) / MS
+    );
+}
+
 #[test]
 fn a_stale_look_asks_for_a_snapshot_and_reports_nothing_network_before_it() {
     // The last report is a drained ACK with data waiting and the window open (the kernel sends at
