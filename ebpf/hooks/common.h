@@ -62,6 +62,7 @@ struct tv_sk {
 	__u8 look_state;
 	__u8 looked;       /* the look_* fields hold a look */
 	__u8 live;         /* in tv_live */
+	__u8 drain_skip;   /* an ACK of tick drain_j went unchecked: it may have left the pipe empty */
 	__u32 drain_j;     /* jiffies (low half) of the last ACK whose emptied pipe left data waiting */
 };
 

@@ -186,24 +186,25 @@ static __always_inline void tv_flush_pending(struct sock *sk, struct tcp_sock *t
 
 /* The state the last ACK left, for a look: on a path shorter than a clock tick the per-ACK
  * drained-pipe check runs once per tick, so the ACK that emptied the pipe last may not have been
- * checked. Only when the last ACK came in the tick of the last check (drain_j): an ACK of a later
- * tick with the pipe emptied was checked, and one with nothing in flight (a window update, a
- * probe's answer) empties no pipe, which the snapshot shows as it always did. When what waits
- * then differs from the last drained record sent, fills `s` (dated at that ACK, to the tick) and
- * returns what waits (TV_DRAIN_*) | 0x80 for tv_write_drained. */
+ * checked. Only when an ACK of the tick of the last check (drain_j) went unchecked and no ACK with
+ * data in flight came after it (drain_skip): an ACK of a later tick with the pipe emptied was
+ * checked. ACKs with nothing in flight since (a window update, a zero-window probe's answer)
+ * empty no pipe and leave drain_skip set: the first probe's answer comes an RTO after the window
+ * closed, long before a look of a quiet connection. When what waits then differs from the last
+ * drained record sent, fills `s` (dated at the tick of the unchecked ACK) and returns what waits
+ * (TV_DRAIN_*) | 0x80 for tv_write_drained. */
 static __always_inline int tv_flush_drained(struct sock *sk, struct tcp_sock *tp, struct tv_sk *st,
 					    struct tv_config *cfg, __u64 cookie, __u64 now, struct tv_sample *s)
 {
-	if (st->selected || !cfg->bulk_interval_ns || tp->rcv_tstamp != st->drain_j ||
-	    tp->snd_una != tp->snd_nxt || tp->bytes_acked < cfg->bulk_min_bytes ||
-	    BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED)
+	if (st->selected || !cfg->bulk_interval_ns || !st->drain_skip || tp->snd_una != tp->snd_nxt ||
+	    tp->bytes_acked < cfg->bulk_min_bytes || BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_ESTABLISHED)
 		return 0;
 	__u8 class = 0;
 	if (tp->write_seq != tp->snd_nxt)
 		class = tp->snd_wnd < tp->mss_cache ? TV_DRAIN_UNSENT | TV_DRAIN_WND_CLOSED : TV_DRAIN_UNSENT;
 	if (st->drained_sent && st->drained_class == class)
 		return 0;
-	__u64 age = (__u64)tv_jiffies_to_us((__u32)bpf_jiffies64() - tp->rcv_tstamp) * 1000;
+	__u64 age = (__u64)tv_jiffies_to_us((__u32)bpf_jiffies64() - st->drain_j) * 1000;
 	tv_fill_hdr(&s->h, sk, cookie, TV_K_SAMPLE, sizeof(*s), now > age ? now - age : now);
 	tv_fix_port(&s->h, st);
 	tv_fill_sample(s, tp);
@@ -227,6 +228,7 @@ static __always_inline int tv_write_drained(struct seq_file *seq, struct sock *s
 	}
 	st->drained_sent = 1;
 	st->drained_class = flushed & 0x7f;
+	st->drain_skip = 0;
 	tv_count(TV_ST_SAMPLES);
 	return 0;
 }
@@ -266,8 +268,10 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			 * before it trusts an ACK's report alone. Rounds are still seen per ACK. */
 			int round_due = !st->round_on || (__s32)(cb->ack_seq - st->round_end) >= 0;
 			int checked = st->drain_j == (__u32)jnow;
-			if (checked && !round_due)
+			if (checked && !round_due) {
+				st->drain_skip = 1;
 				return 0;
+			}
 			/* An ACK that empties the pipe may be the last one for a while: report the
 			 * state it leaves now, or a quiet sender would look stopped. Once per sample
 			 * unless what waits changes: over veth every sixth ACK drains the pipe, and a
@@ -280,6 +284,9 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 			if (t->snd_una == t->snd_nxt || t->bytes_acked < cfg->bulk_min_bytes)
 				return 0;
 			tv_round(sk, t, st, cb, cfg);
+			/* An ACK with data in flight in a later tick: checked below if it empties the
+			 * pipe, and the pipe is not empty if it does not. */
+			st->drain_skip = checked;
 			if (checked || cb->ack_seq != t->snd_nxt)
 				return 0;
 			tv_report_drained(sk, t, st, skb, cb, jnow, 0);
@@ -314,6 +321,8 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	}
 	/* An ACK that empties the pipe may be the last for a while: its state now, not at the next. */
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	if (tp->snd_una != tp->snd_nxt)
+		st->drain_skip = 0;
 	if (tp->snd_una != tp->snd_nxt && (st->selected || tp->bytes_acked >= cfg->bulk_min_bytes))
 		tv_round(sk, tp, st, cb, cfg);
 	if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt &&
