@@ -131,9 +131,7 @@ impl Conn {
                 if s.mss > 0 {
                     self.mss = s.mss;
                 }
-                let idle = self.hold;
-                self.hold = Hold::of_sample(ts, s);
-                self.after_idle(idle, ts);
+                self.take_hold(Hold::of_sample(ts, s));
                 self.ev.saw_cwnd(s.cwnd, s.ca_state);
                 let healthy_before = self.active.is_none();
                 let acked_before = self.acked;
@@ -165,9 +163,7 @@ impl Conn {
                 if s.mss > 0 {
                     self.mss = s.mss;
                 }
-                let idle = self.hold;
-                self.hold = Hold::of_snapshot(ts, s);
-                self.after_idle(idle, ts);
+                self.take_hold(Hold::of_snapshot(ts, s));
                 let ack_ts = ts.saturating_sub(s.last_ack_age_us as u64 * 1000);
                 let acked_before = self.acked;
                 self.progress(cfg, ts, ack_ts, s.bytes_acked, out);
@@ -178,7 +174,8 @@ impl Conn {
             }
             Body::Retrans(r) => {
                 self.restart_before_resend(cfg, ts);
-                self.hold = self.hold.in_flight_at(ts, r.packets_out);
+                // Data in flight after none behind a closed window left once it opened.
+                self.take_hold(self.hold.in_flight_at(ts, r.packets_out));
                 // A tail-loss probe (CA state Open) fires 2 srtt after the last send; a fast
                 // retransmit needs an ACK's round trip, one srtt at least.
                 let srtt = u64::from(self.srtt_us) * 1000;
@@ -226,9 +223,8 @@ impl Conn {
                         // Gone with data outstanding: the transfer was aborted (a reset, or the
                         // application gave up), and what it left unacknowledged is no measure of
                         // the path. A stop whose delivery had begun to resume ended there.
-                        let end =
-                            self.resume.or(self.began_resuming).unwrap_or_else(|| self.aborted_end(cfg, start, ts));
-                        let end = end.max(start);
+                        let end = self.resume.or(self.began_resuming);
+                        let end = end.unwrap_or_else(|| self.aborted_end(cfg, start, ts)).max(start);
                         self.end(cfg, ts, start, end, out);
                     } else if st.new == CLOSE || !self.outlives_close() {
                         self.end(cfg, ts, start, ts, out);
@@ -398,60 +394,6 @@ impl Conn {
         self.ev = Evidence::default();
         self.asked = None;
         self.path_answer = None;
-    }
-
-    /// A look at `ts` after `prev`: when `prev` was an exact look showing nothing to send, no stop
-    /// could run then, however late the next tick comes (a starved daemon, an idle shorter than the
-    /// tick). The data this look reports was written after `prev` and sent one srtt before `ts` at
-    /// the latest, so the stop clock restarts there. The same holds after a look that showed
-    /// nothing in flight behind a closed window: data went out only once the window opened, which
-    /// the daemon does not see. Only a look that shows data in flight ends such a wait: one still
-    /// showing the window closed is the receiver's stall going on, whose clock runs from its start.
-    fn after_idle(&mut self, prev: Hold, ts: u64) {
-        let sent_since = match prev.decided_owner() {
-            Some(StopOwner::Application) => true,
-            Some(StopOwner::Receiver) => self.hold.in_flight > 0,
-            _ => false,
-        };
-        if self.active.is_some() || prev.in_flight > 0 || !sent_since || prev.ts_ns == 0 {
-            return;
-        }
-        let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
-        self.sending_since = sent_by;
-        if sent_by > self.anchor.0 {
-            self.restart(sent_by);
-        }
-    }
-
-    /// After a look (and the progress it showed, from `acked_before`): an exact look with nothing
-    /// to send starts an idle; delivery after it ends it.
-    fn note_idle(&mut self, ts: u64, acked_before: u64) {
-        if self.hold.exact && !self.hold.outstanding() {
-            self.idle_at = Some(ts);
-        } else if self.acked > acked_before {
-            self.idle_at = None;
-        }
-    }
-
-    /// A resend or timeout at `ts` of data sent after an idle, at least `armed_ns` after that data
-    /// left: no ACK told the daemon it left (it learns of it from a later look, or from this), so
-    /// the stop clock runs from that send, not from the daemon's tick. Each such record bounds the
-    /// send from above; the earliest bound holds. A connection not bulk is not sampled: its clock
-    /// follows the ticks until loss records tell the same (data out since `armed_ns` before each,
-    /// after its last delivery); so does a closing one, which is not sampled either.
-    fn sent_after_idle(&mut self, cfg: &StopConfig, ts: u64, armed_ns: u64) {
-        if self.active.is_some() {
-            return;
-        }
-        let idle = match self.idle_at {
-            Some(idle) => idle,
-            None if !self.bulk(cfg) || self.closing => self.hist.back().map_or(0, |&(t, ..)| t),
-            None => return,
-        };
-        let sent = ts.saturating_sub(armed_ns).max(idle);
-        if sent < self.anchor.0 {
-            self.anchor = (sent, self.acked);
-        }
     }
 
     /// A timeout in a receiver's stop whose window a look found closed with nothing in flight: the

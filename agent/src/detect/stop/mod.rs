@@ -2,12 +2,13 @@
 //!
 //! `conn` keeps, per connection, delivery progress against its last healthy point and the last
 //! look at what the sender holds; `judge` decides at each tick when a stop starts, whose it is,
-//! why, and when it ends; `resume` when delivery has resumed for good; `mtu` names a path MTU
-//! black hole behind a network stop; `evidence` is what its finding carries; `config` the
-//! thresholds.
+//! why, and when it ends; `idle` when its clock starts after an idle; `resume` when delivery has
+//! resumed for good; `mtu` names a path MTU black hole behind a network stop; `evidence` is what
+//! its finding carries; `config` the thresholds.
 mod config;
 mod conn;
 mod evidence;
+mod idle;
 mod judge;
 mod mtu;
 mod resume;

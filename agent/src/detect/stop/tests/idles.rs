@@ -47,6 +47,27 @@ fn a_short_zero_window_then_the_refilling_burst_is_no_network_stop() {
     assert!(r.out.is_empty(), "{:?}", r.out);
 }
 
+/// CI fuzz slice seed 2026 run 6 (10 ms path): the ACK that emptied the pipe closed the window for
+/// 0.18 s; the window update that opened it moved the kernel's next sample 50 ms on, and the first
+/// record after the refilling burst left was its fast retransmission, 100 segments in flight. The
+/// stop clock still ran from the window's closing, so at its threshold that record made it a
+/// network `no_ack` stop 10 ms after the burst's first ACK.
+#[test]
+fn a_zero_window_then_a_fast_retransmit_of_the_refilling_burst_is_no_network_stop() {
+    let (mut r, t, acked) = Run::healthy(1000);
+    r.see(t + 10 * MS, drained(acked, 4 << 20, 0));
+    r.ticks_every(10, t + 10 * MS, t + 130 * MS);
+    // The window opened unseen at 130 ms; the burst's fast retransmission at 150 ms.
+    r.see_and_tick(t + 150 * MS, Body::Retrans(retrans(CA_RECOVERY, 100, 100)));
+    r.ticks_every(10, t + 150 * MS, t + 230 * MS);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    let mut s = tests_support::sample(acked + 50 * 1448);
+    s.packets_out = 60;
+    r.see_and_tick(t + 240 * MS, Body::Sample(s));
+    r.healthy_from(t + 240 * MS, acked + 50 * 1448, 500);
+    assert!(r.never_the_networks(), "{:?}", r.out);
+}
+
 /// An idle of 1.5 s ticked every 50 ms, then data sent at `resumed` into an outage: no ACK, only
 /// `resend` at `resumed + after_ms`, seen after a tick that still thought the connection idle.
 /// Returns the first stop and `resumed`.
