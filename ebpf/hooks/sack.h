@@ -321,10 +321,11 @@ int BPF_PROG(tv_tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	}
 	/* An ACK that empties the pipe may be the last for a while: its state now, not at the next. */
 	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
-	if (tp->snd_una != tp->snd_nxt)
+	if (tp->snd_una != tp->snd_nxt) {
 		st->drain_skip = 0;
-	if (tp->snd_una != tp->snd_nxt && (st->selected || tp->bytes_acked >= cfg->bulk_min_bytes))
-		tv_round(sk, tp, st, cb, cfg);
+		if (st->selected || tp->bytes_acked >= cfg->bulk_min_bytes)
+			tv_round(sk, tp, st, cb, cfg);
+	}
 	if (!st->selected && cb->ack_seq == tp->snd_nxt && tp->snd_una != tp->snd_nxt &&
 	    tp->bytes_acked >= cfg->bulk_min_bytes) {
 		tv_report_drained(sk, tp, st, skb, cb, jnow, cfg->bulk_interval_ns && tv_interval_passed(st, cfg, jnow));

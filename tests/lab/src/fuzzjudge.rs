@@ -127,7 +127,7 @@ fn spanned<'a>(f: &FlowTruth, reps: impl Iterator<Item = &'a Reported>) -> FlowT
         // stop (it ended for a moment), so healthy delivery must also outlast the next stall's
         // threshold. Its samples see each round trip's ACKs one burst late, so in slow start it
         // calls delivery healthy a round trip or more after the capture does (seed 2026 run 1
-        // again, 2 of 12 replays: healthy for 0.6 s by the capture, one 0.39 s window by the
+        // again, 2 of 14 replays: healthy for 0.6 s by the capture, one 0.39 s window by the
         // daemon, which took the stop up again 0.39 s after it ended).
         let before = f.rate_before(f.stalls[a].start);
         let parted = |k: usize| {
