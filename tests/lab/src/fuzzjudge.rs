@@ -164,7 +164,9 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
             (0..reported.len()).filter(|&i| reported[i].local == l && reported[i].remote == r).collect();
         let f = &spanned(f, mine.iter().map(|&i| &reported[i]));
         // Each report goes to the truth stall it overlaps most (edges widened: the daemon's end is
-        // found at its next look, its start may sit one ACK earlier).
+        // found at its next look, its start may sit one ACK earlier). A report that began after
+        // the stall ended is not about it, whatever its end (seed 167 run 5: a network stop begun
+        // a round trip after a receiver's window opened was taken for the receiver's stall).
         let mut matched: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for &i in &mine {
             let g = &reported[i];
@@ -173,6 +175,7 @@ pub fn judge(flows: &[FlowTruth], findings: &[Value], rtt_s: f64) -> Verdict {
                 .stalls
                 .iter()
                 .enumerate()
+                .filter(|(_, s)| g.start <= s.end + crate::stalls::REPORT_EDGE_S)
                 .map(|(k, s)| (k, overlap(span, (s.start - 0.1, s.end + 0.5))))
                 .filter(|(_, o)| *o > 0.0)
                 .max_by(|a, b| a.1.total_cmp(&b.1));
@@ -579,6 +582,24 @@ mod tests {
         let v = judge(&[f], &bad, 0.01);
         assert_eq!(v.failures.len(), 1, "{:?}", v.failures);
         assert_eq!(v.cells[0].1, "receiver->network/path_silent");
+    }
+
+    #[test]
+    fn a_stop_begun_after_a_receivers_stall_ended_is_judged_on_its_own() {
+        let s = stall(Owner::Receiver, "zero_window", T0 + 2.0, T0 + 8.0, Level::Maybe);
+        // Nothing delivered while the window was closed, nor from 8.2 to 8.9 s after it opened.
+        let f = steady(vec![s], &[(2.0, 8.0), (8.2, 8.9)]);
+        let after = vec![
+            stop("receiver", "zero_window", T0 + 2.0, T0 + 8.0, Some(6.0)),
+            stop("network", "slow_recovery", T0 + 8.2, T0 + 8.9, Some(0.7)),
+        ];
+        let v = judge(&[f.clone()], &after, 0.1);
+        assert!(v.failures.is_empty(), "{:?}", v.failures);
+        assert!(v.cells.contains(&("network/slow_delivery".into(), "network/slow_recovery".into())), "{:?}", v.cells);
+        // Begun while the window was still closed, it is the receiver's stall reported as the
+        // network's.
+        let during = vec![stop("network", "slow_recovery", T0 + 7.9, T0 + 8.9, Some(1.0))];
+        assert_eq!(judge(&[f], &during, 0.1).failures.len(), 1);
     }
 
     #[test]

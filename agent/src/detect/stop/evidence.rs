@@ -83,14 +83,15 @@ impl Evidence {
     }
 
     /// A stop's evidence after `secs` of it: the owner, what the sender held (the look `hold`,
-    /// `now`), the connection's srtt and rate before, and what happened since.
+    /// `now`), the connection's srtt and rate before (bytes/s), and what happened since. Rates
+    /// leave in bits/s, as every `_bps` field of the events does.
     pub fn json(
         &self,
         owner: StopOwner,
         hold: &Hold,
         now: u64,
         srtt_us: u32,
-        rate_before_bps: f64,
+        rate_before: f64,
         secs: f64,
     ) -> serde_json::Value {
         json!({
@@ -99,8 +100,8 @@ impl Evidence {
             "sender_holds": hold.evidence(),
             "sender_holds_age_s": now.saturating_sub(hold.ts_ns) as f64 / 1e9,
             "srtt_ms": srtt_us as f64 / 1e3,
-            "rate_before_bps": rate_before_bps,
-            "rate_during_bps": if secs > 0.0 { self.delivered as f64 / secs } else { 0.0 },
+            "rate_before_bps": rate_before * 8.0,
+            "rate_during_bps": if secs > 0.0 { self.delivered as f64 * 8.0 / secs } else { 0.0 },
             "bytes_delivered_during": self.delivered,
             "rtos": self.rtos,
             "max_backoff": self.max_backoff,

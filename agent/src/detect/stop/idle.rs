@@ -1,5 +1,5 @@
-//! When the stop clock starts after an idle: a look that showed nothing to send, or nothing in
-//! flight behind a closed window, and the data that left after it unseen.
+//! When the stop clock starts after an idle: a look that showed nothing to send, nothing in
+//! flight behind a closed window, or nothing in flight at all, and the data that left after it.
 use super::config::StopConfig;
 use super::conn::Conn;
 use crate::detect::owner::{Hold, StopOwner};
@@ -21,16 +21,21 @@ impl Conn {
     /// nothing in flight behind a closed window: data went out only once the window opened, which
     /// the daemon does not see. Only a look that shows data in flight ends such a wait: one still
     /// showing the window closed is the receiver's stall going on, whose clock runs from its start.
+    /// And after an exact look that found everything sent acknowledged, data waiting and the window
+    /// open: the kernel sends at once, so what is in flight now left then, and the network held
+    /// nothing before (a congestion control holding its window at a few segments, as BBR does to
+    /// probe the path's RTT: each small flight acknowledged in full, then a large one).
     fn after_idle(&mut self, prev: Hold, ts: u64) {
+        let at_once = prev.exact && prev.owner() == StopOwner::Undetermined && self.hold.in_flight > 0;
         let sent_since = match prev.decided_owner() {
             Some(StopOwner::Application) => true,
             Some(StopOwner::Receiver) => self.hold.in_flight > 0,
-            _ => false,
+            _ => at_once,
         };
         if self.active.is_some() || prev.in_flight > 0 || !sent_since || prev.ts_ns == 0 {
             return;
         }
-        let sent_by = ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns);
+        let sent_by = if at_once { prev.ts_ns } else { ts.saturating_sub(self.srtt_us as u64 * 1000).max(prev.ts_ns) };
         self.sending_since = sent_by;
         if sent_by > self.anchor.0 {
             self.restart(sent_by);

@@ -248,6 +248,12 @@ fn a_resumption_that_falls_through_counts_its_delivery_as_the_stops() {
     assert_eq!(end_ns(end), t + 1050 * MS, "{end:?}");
     assert_eq!(end.evidence["acks_during"], 1, "{}", end.evidence);
     assert_eq!(end.evidence["bytes_delivered_during"], 700_000, "{}", end.evidence);
+    // In bits/s, as every `_bps` field of the events (they were bytes/s once).
+    let secs = end.duration_s.expect("ended");
+    let during = end.evidence["rate_during_bps"].as_f64().expect("a rate");
+    assert!((during - 700_000.0 * 8.0 / secs).abs() < 1.0, "{during} over {secs} s");
+    let before = end.evidence["rate_before_bps"].as_f64().expect("a rate");
+    assert!(before > 8.0 * 1e6, "the healthy rate before, in bits/s: {before}");
 }
 
 /// A sample at `srtt_us`.

@@ -1,6 +1,7 @@
 //! Idles: an application or receiver idle is no stop, and the stop clock of data sent after one
 //! runs from when that data left, however late the daemon learns of it.
 use super::*;
+use crate::model::event::CaState;
 
 /// Issue 11: a 0.17 s application idle of http.server, ticked only after the next ACK, was
 /// reported as a network stop.
@@ -218,5 +219,51 @@ fn the_first_window_after_an_idle_is_judged_from_when_it_left_not_from_before_th
     // The first window's first ACK, then nothing but a fast retransmission: the network's stop.
     let (mut r, at, _) = resumed(&[(0, 5792), (80, 0)]);
     r.ticks(at, at + 500 * MS);
+    assert_eq!(r.first().owner, Some(StopOwner::Network), "{:?}", r.out);
+}
+
+/// A sample of a 165 ms path with 12 MB waiting behind a 10 MB window: bytes acknowledged,
+/// segments in flight, cwnd, CA state; `drained` for an ACK that left nothing in flight.
+fn probing_rtt(acked: u64, packets_out: u32, cwnd: u32, ca: u8, drained: bool) -> Body {
+    let mut s = tests_support::sample(acked);
+    (s.srtt_us, s.packets_out, s.in_flight, s.cwnd, s.ca_state) = (165_000, packets_out, packets_out, cwnd, ca);
+    (s.write_queue, s.snd_wnd, s.drained) = (12 << 20, 10 << 20, drained);
+    Body::Sample(s)
+}
+
+/// Lab fuzz seed 167 run 5 (bbr, 165 ms, 24 s of zero window): when the window opened, BBR's
+/// RTT filter had expired and it held its window at 4 segments for two round trips, each flight
+/// acknowledged in full with 12 MB waiting. Then its 4,000-segment burst left, and one RTT later
+/// a loss in it put the connection in Recovery. The first record of the burst came 0.5 s after the
+/// last healthy delivery, past the 0.43 s threshold, and the daemon reported a 0.73 s network
+/// `slow_recovery` stop: the network had held nothing until the burst left.
+#[test]
+fn small_flights_acknowledged_in_full_then_a_burst_recovering_a_loss_is_no_network_stop() {
+    let stopped = |emptied: bool| {
+        let (mut r, t, acked) = Run::healthy(1000);
+        let flight = |k: u64| acked + k * 4 * 1448;
+        // Two rounds of 4 segments, each acknowledged in full (or, unseen, with 4 more out).
+        let out = if emptied { 0 } else { 4 };
+        r.see(t + 165 * MS, probing_rtt(flight(1), out, 4, 0, emptied));
+        r.ticks_every(20, t + 165 * MS, t + 330 * MS);
+        r.see(t + 330 * MS, probing_rtt(flight(2), out, 4, 0, emptied));
+        r.ticks_every(20, t + 330 * MS, t + 490 * MS);
+        // The burst's first ACKs one RTT after it left, a hole in it, a fast retransmit.
+        r.see(t + 495 * MS, probing_rtt(flight(2) + 23_000, 4025, 8806, 0, false));
+        let recovery = CaState { old: 0, new: CA_RECOVERY, cwnd: 8806, packets_out: 4025, ..Default::default() };
+        r.see(t + 496 * MS, Body::CaState(recovery));
+        r.see_and_tick(t + 497 * MS, Body::Retrans(retrans(CA_RECOVERY, 8806, 4022)));
+        r.ticks_every(20, t + 497 * MS, t + 530 * MS);
+        r.see(t + 535 * MS, probing_rtt(flight(2) + 71_000, 4979, 4018, CA_RECOVERY, false));
+        r.ticks_every(20, t + 535 * MS, t + 700 * MS);
+        // The hole repaired: the cumulative ACK jumps, and delivery is healthy from there.
+        r.healthy_from(t + 700 * MS, flight(2) + 6_700_000, 500);
+        r
+    };
+    let r = stopped(true);
+    assert!(r.out.is_empty(), "{:?}", r.out);
+    // Without a look that found the pipe empty, the network's clock runs from the last healthy
+    // delivery, and the burst's loss makes it a network stop.
+    let r = stopped(false);
     assert_eq!(r.first().owner, Some(StopOwner::Network), "{:?}", r.out);
 }
