@@ -297,8 +297,11 @@ fn judge_network(
     let last = reps.iter().map(|r| r.end).fold(f64::MIN, f64::max);
     // Reported on past the stall over almost nothing delivered, the stop went on by its own
     // definition: the cumulative ACK moved, but at a collapsed window's segment per round trip
-    // (seed 149 run 92: reno after four timeouts, 1.2 segments per 37 ms for 1.1 s).
-    let crawled = last > s.end && f.slow_delivery(s.end, last);
+    // (seed 149 run 92: reno after four timeouts, 1.2 segments per 37 ms for 1.1 s). Almost
+    // nothing next to the rate before the stall, as the daemon measures it (seed 173 run 33: reno
+    // on a 248 ms path after a 9 s outage resent the 900 kB it had lost at 41 kB/s for 30 s, 1 %
+    // of the 4 MB/s before it and 3.5 times two segments per round trip).
+    let crawled = last > s.end && f.slow_delivery_against(s.end, last, Some(f.rate_before(s.start)));
     if !s.cut && reps.iter().all(|r| r.ended) && (last < s.end - tol || (last > s.end + tol.max(late) && !crawled)) {
         v.failures.push(format!("{what}: reported end {last:.3} vs the capture's {:.3}", s.end));
     }
@@ -541,6 +544,38 @@ mod tests {
         };
         assert!(judged(1).is_empty(), "{:?}", judged(1));
         let healthy = judged(5);
+        assert!(healthy.len() == 1 && healthy[0].contains("reported end"), "{healthy:?}");
+    }
+
+    #[test]
+    fn a_stop_reported_on_over_a_crawl_slow_next_to_the_rate_before_the_stall_is_on_time() {
+        // 2.5 MB/s on a 250 ms path, a stall from 3 to 5.6 s, then `segs` segments a round trip.
+        let judged = |segs: u64| {
+            let mut f = flow(vec![stall(Owner::Network, "retransmitting", T0 + 3.0, T0 + 5.6, Level::Must)]);
+            let mut acked = 0;
+            for k in 0..1000 {
+                let t = T0 + k as f64 * 0.01;
+                let step = if t <= T0 + 3.0 {
+                    25_000
+                } else if t >= T0 + 5.6 && k % 25 == 0 {
+                    segs * 1448
+                } else {
+                    continue;
+                };
+                acked += step;
+                f.delivery.push((t, acked, true, 0.25));
+            }
+            let reps = vec![
+                stop("network", "rto", T0 + 3.01, T0 + 3.7, None),
+                stop("network", "path_silent", T0 + 3.01, T0 + 9.6, Some(6.6)),
+            ];
+            judge(&[f], &reps, 0.25).failures
+        };
+        // 6 segments a round trip, 35 kB/s: three times two segments a round trip, but 1.4 % of
+        // the rate before the stall.
+        assert!(judged(6).is_empty(), "{:?}", judged(6));
+        // 100 a round trip (23 % of it) is delivery: the stop ended late.
+        let healthy = judged(100);
         assert!(healthy.len() == 1 && healthy[0].contains("reported end"), "{healthy:?}");
     }
 

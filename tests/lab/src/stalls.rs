@@ -115,6 +115,13 @@ impl FlowTruth {
     /// in whole segments, often two at once (delayed ACKs), and the stretch is the report's less
     /// its edges, so at the floor one segment decides: a stretch one segment over it is at it.
     pub fn slow_delivery(&self, from: f64, to: f64) -> bool {
+        self.slow_delivery_against(from, to, None)
+    }
+
+    /// `slow_delivery`, with "5 % of its rate" measured against `before` bytes/s when given (the
+    /// rate before a stall, for a stop that went on past it: the second before the stall's end is
+    /// the stall itself, and 5 % of nothing is no yardstick).
+    pub fn slow_delivery_against(&self, from: f64, to: f64, before: Option<f64>) -> bool {
         let (from, to) = (from + REPORT_EDGE_S, to - REPORT_EDGE_S);
         let d = &self.delivery;
         // Entries at or before t: the last one holds what was acknowledged at t.
@@ -137,7 +144,7 @@ impl FlowTruth {
         if from - tb < 0.1 {
             return false;
         }
-        let before = (una0 - unab) as f64 / (from - tb);
+        let before = before.unwrap_or((una0 - unab) as f64 / (from - tb));
         let during = (una1 - una0).saturating_sub(u64::from(self.mss)) as f64 / (to - from);
         during < (2.0 * f64::from(self.mss) / srtt.max(1e-3)).max(0.05 * before)
     }
