@@ -40,14 +40,20 @@ table=target/tmp/diagnoses.md
 mkdir -p target/tmp && rm -f "$table"
 # Root tests share namespaces, qdiscs and MIB counters: one at a time keeps the counters honest.
 status=0
-cargo test --workspace --locked --no-fail-fast -- --test-threads=1 || status=$?
+log=target/tmp/tests.log
+cargo test --workspace --locked --no-fail-fast -- --test-threads=1 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
 if [ -s "$table" ]; then
   step "diagnoses of the lab scenarios by the live daemon (times in s from the traffic start)"
   echo "| scenario | expected (truth: start, length) | reported | start | duration | found |"
   echo "|---|---|---|---|---|---|"
   sort "$table"
 fi
-[ "$status" -eq 0 ] || exit "$status"
+if [ "$status" -ne 0 ]; then
+  # Last, where a long log is read first: why each failed test failed (its panic message).
+  step "failed tests and their messages (the whole output: $log)"
+  awk '/^thread .* panicked at /{n=0; p=1} p && /^(stack backtrace:|note: )/{p=0; print ""} p && n++ < 40' "$log"
+  exit "$status"
+fi
 
 for extra in scripts/ci-*.sh; do
   [ -e "$extra" ] || continue

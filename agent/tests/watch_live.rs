@@ -366,8 +366,10 @@ fn watch_in_tmux_with_a_port_filter_opens_on_the_data_connection_not_the_control
                 std::thread::sleep(Duration::from_millis(100));
             }
             std::thread::spawn(move || {
-                let t0 = Instant::now();
                 let data = find_conn(&ns, &dst, Duration::from_secs(20), true).expect("iperf3's data connection");
+                // The clock starts with the transfer, as the outage's does: iperf3 may take seconds
+                // to start on a loaded host, and the key press must still come after the stop.
+                let t0 = Instant::now();
                 let ctl = find_conn(&ns, &dst, Duration::from_secs(5), false).expect("iperf3's control connection");
                 let mut caps = Vec::new();
                 let mut pressed = None;

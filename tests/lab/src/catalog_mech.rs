@@ -201,13 +201,16 @@ pub fn by_name(name: &str) -> Result<Option<Scenario>> {
             s
         }
         "sndbuf-sysctl" => {
-            let mut l = lab(1, shaped(100.0, 200.0, None));
+            // A queue of one BDP: with the default 20 ms (500 kB) slow start's 1.2 MB overshoot
+            // was dropped, and cubic's cwnd after that recovery was close enough to the buffer's
+            // flight that the run went cwnd- and buffer-limited by turns (CI: loss_limited alone).
+            let mut l = lab(1, shaped(100.0, 200.0, Some(2_500_000)));
             l.sender_sysctls.push(kv("net.ipv4.tcp_wmem", "4096 16384 262144"));
             l.sender_sysctls.push(kv("net.core.wmem_max", "262144"));
             l.cc = Some(PAPERS_CC.into());
             let mut s = base(name, "BDP 2.5 MB (200 Mbit/s x 100 ms) against a sender tcp_wmem max of 256 kB: send-buffer limited by the sysctl ceiling",
                 None,
-                "lfn-buffer's mirror on the sending side: tbf 200 Mbit/s, 100 ms RTT, sender net.ipv4.tcp_wmem max 256 kB (autotuning stops there), iperf3, cubic, 8 s. The fix is the sysctl (>= 2 x BDP).",
+                "lfn-buffer's mirror on the sending side: tbf 200 Mbit/s with a queue of one BDP (2.5 MB: slow start's overshoot is not dropped, so the buffer alone holds the flow), 100 ms RTT, sender net.ipv4.tcp_wmem max 256 kB (autotuning stops there), iperf3, cubic, 8 s. The fix is the sysctl (>= 2 x BDP).",
                 l, iperf(1, 8.0, None));
             s.expected.push(Expected::new(
                 "limit",
