@@ -1,6 +1,7 @@
 //! The stop detector's tests, on one connection (cookie 1, 20 ms srtt) driven record by record.
 //! Where a randomized lab run found a rule, the test that reproduces it says which.
 mod causes;
+mod closes;
 mod ends;
 mod idles;
 mod mtu;
