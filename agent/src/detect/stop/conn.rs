@@ -411,8 +411,8 @@ impl Conn {
     }
 
     /// After the close only snapshots look at the socket (the fallback's per-ACK hook is blind past
-    /// ESTABLISHED); while the stop lasts they come every tick, at most one per 100 ms, and confirm
-    /// a resumption over its window as samples do (`progress`). A look that shows nothing left ends
+    /// ESTABLISHED); while the stop lasts the detector asks for one every tick (the agent takes at
+    /// most one per 30 ms), and they confirm a resumption over its window as samples do (`progress`). A look that shows nothing left ends
     /// the stop at once: where delivery resumed, or at the last ACK. Lab fuzz seed 179 run 1: an
     /// HTTP server closed with 8 MB unsent just as a backed-off retransmission was acknowledged
     /// with 3.3 MB behind it, and the next advance came 0.55 s later (1.5 srtt); ended at the jump,
